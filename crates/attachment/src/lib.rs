@@ -1,1 +1,67 @@
-//! TODO
+//! Attachment records: the contract between the plugin and the node daemon.
+//!
+//! One JSON file per (container ID, ifname) under `<stateDir>/attachments/`,
+//! written atomically (temp file + rename) by the plugin on ADD and removed
+//! on DEL; the daemon reads them to know which forwards to serve in which
+//! network namespace. This crate owns the record's format, the forward types
+//! and their target checks, and the directory; it must not touch the kernel
+//! or know about CNI.
+#![forbid(unsafe_code)]
+
+mod forward;
+mod store;
+
+pub use forward::{Forward, Protocol};
+pub use store::{nudge_daemon, RecordStore, DAEMON_SOCKET};
+
+use ipnetwork::IpNetwork;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Current record format version.
+pub const RECORD_VERSION: u32 = 1;
+
+/// The pod-side interface an attachment made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordInterface {
+    pub name: String,
+    pub mac: String,
+    pub ips: Vec<IpNetwork>,
+}
+
+/// One attachment: what the daemon needs to serve its forwards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub version: u32,
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: String,
+    pub network: String,
+    /// `bridge` or `macvlan`.
+    pub mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    pub interface: RecordInterface,
+    #[serde(default)]
+    pub forwards: Vec<Forward>,
+    #[serde(default)]
+    pub allowed_targets: Vec<IpNetwork>,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a valid attachment record: {reason}")]
+    Malformed { path: PathBuf, reason: String },
+}
