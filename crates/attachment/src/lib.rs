@@ -53,6 +53,10 @@ pub struct Record {
     pub allowed_targets: Vec<IpNetwork>,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
+    /// The network configuration ADD ran with (without `prevResult`), so a
+    /// DEL that gets a stripped config can still release a delegated IPAM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni_config: Option<serde_json::Value>,
 }
 
 #[derive(Debug, thiserror::Error)]

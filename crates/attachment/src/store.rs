@@ -193,6 +193,7 @@ mod tests {
             }],
             allowed_targets: vec!["172.17.16.0/24".parse().unwrap()],
             created_at: 1,
+            cni_config: None,
         }
     }
 

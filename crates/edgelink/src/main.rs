@@ -1,1 +1,126 @@
-fn main() {}
+//! `edgelink`, the CNI plugin: reads the environment and the network
+//! configuration, runs one command, prints the Result (or the CNI error
+//! JSON) on stdout. Logs go to stderr or to `logFile`, never to stdout.
+
+mod addressing;
+mod commands;
+mod config;
+mod delegate;
+mod driver;
+mod error;
+mod lock;
+mod names;
+mod sysctl;
+
+use config::Config;
+use edgelink_cni_spec::{codes, CniError, Command, Env, NetConf};
+use error::PluginError;
+use serde_json::Value;
+use std::io::{Read, Write};
+
+fn init_logging(raw: Option<&Value>) {
+    let b = raw.map(config::basics);
+    let level = b
+        .as_ref()
+        .and_then(|b| b.log_level.clone())
+        .unwrap_or_else(|| "warn".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false);
+    match b.and_then(|b| b.log_file) {
+        Some(path) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+        {
+            Ok(f) => {
+                let _ = builder.with_writer(std::sync::Mutex::new(f)).try_init();
+            }
+            Err(e) => {
+                eprintln!("edgelink: cannot open logFile {}: {e}", path.display());
+                let _ = builder.with_writer(std::io::stderr).try_init();
+            }
+        },
+        None => {
+            let _ = builder.with_writer(std::io::stderr).try_init();
+        }
+    }
+}
+
+fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>, PluginError> {
+    if env.command == Command::Version {
+        return Ok(Some(commands::version::run(stdin)));
+    }
+    if env.command == Command::Del {
+        // DEL must work from whatever it gets: only bad JSON stops it.
+        let raw: Value = serde_json::from_slice(stdin).map_err(|e| {
+            CniError::new(
+                codes::DECODE_FAILURE,
+                format!("the network configuration on stdin is not valid JSON: {e}"),
+            )
+        })?;
+        if !raw.is_object() {
+            return Err(CniError::new(
+                codes::DECODE_FAILURE,
+                "the network configuration on stdin is not a JSON object",
+            )
+            .into());
+        }
+        if let Some(v) = raw.get("cniVersion").and_then(Value::as_str) {
+            v.parse::<edgelink_cni_spec::CniVersion>()
+                .map_err(|e| CniError::new(codes::INCOMPATIBLE_VERSION, e.to_string()))?;
+        }
+        commands::del::run(&raw, env)?;
+        return Ok(None);
+    }
+    let net = NetConf::parse(stdin)?;
+    let cfg = Config::parse(net, env)?;
+    tracing::debug!(command = env.command.as_str(), container = %env.container_id, ifname = %env.ifname, "start");
+    match env.command {
+        Command::Add => commands::add::run(&cfg, env).map(Some),
+        Command::Check => commands::check::run(&cfg, env).map(|_| None),
+        Command::Status => commands::status::run(&cfg, env).map(|_| None),
+        Command::Gc => commands::gc::run(&cfg, env).map(|_| None),
+        Command::Del | Command::Version => unreachable!("handled above"),
+    }
+}
+
+fn main() {
+    let mut stdin = Vec::new();
+    let env = Env::from_process();
+    // VERSION may come without stdin; everything else needs it.
+    if !matches!(&env, Ok(e) if e.command == Command::Version) || !is_tty_stdin() {
+        let _ = std::io::stdin().read_to_end(&mut stdin);
+    }
+    let raw: Option<Value> = serde_json::from_slice(&stdin).ok();
+    init_logging(raw.as_ref());
+    let version = edgelink_cni_spec::netconf::raw_version(&stdin)
+        .unwrap_or_else(|| edgelink_cni_spec::CniVersion::LATEST.as_str().to_string());
+
+    let outcome = env
+        .map_err(PluginError::from)
+        .and_then(|env| dispatch(&env, &stdin));
+    let mut out = std::io::stdout().lock();
+    let code = match outcome {
+        Ok(Some(v)) => {
+            let _ = writeln!(out, "{v}");
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            let e = e.into_cni();
+            tracing::error!(code = e.code, "{}", e.msg);
+            let _ = writeln!(out, "{}", e.to_json(&version));
+            1
+        }
+    };
+    let _ = out.flush();
+    std::process::exit(code);
+}
+
+fn is_tty_stdin() -> bool {
+    nix::unistd::isatty(std::io::stdin()).unwrap_or(false)
+}

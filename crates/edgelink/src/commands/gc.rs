@@ -1,0 +1,65 @@
+//! GC: release every reservation and record of this network that is not in
+//! `cni.dev/valid-attachments`. Keeps going on errors and reports them all.
+
+use super::require_version;
+use crate::addressing::LOCK_TIMEOUT;
+use crate::config::{Config, Ipam};
+use crate::delegate;
+use crate::error::{Errors, PluginError};
+use crate::names;
+use edgelink_attachment::RecordStore;
+use edgelink_cni_spec::{CniVersion, Command, Env};
+use edgelink_ipam::Store;
+use edgelink_netlink::Handle;
+use std::collections::HashSet;
+
+pub fn run(cfg: &Config, env: &Env) -> Result<(), PluginError> {
+    require_version(cfg.net.cni_version, CniVersion::V1_1_0, "GC")?;
+    if cfg.net.disable_gc {
+        return Ok(());
+    }
+    let valid: HashSet<(String, String)> = cfg
+        .net
+        .valid_attachments()?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.container_id, a.ifname))
+        .collect();
+    let mut errs = Errors::default();
+
+    if let Ipam::Builtin(_) = &cfg.ipam {
+        if let Some(store) = errs.note(Store::open(&cfg.state_dir, &cfg.net.name)) {
+            if let Some(mut lock) = errs.note(store.lock(LOCK_TIMEOUT)) {
+                let report = lock.release_all_except(&valid);
+                for (net, ip, cid, ifname) in &report.released {
+                    tracing::info!(network = %net, %ip, container = %cid, %ifname, "GC released");
+                }
+                for e in report.errors {
+                    errs.note::<()>(Err(e));
+                }
+            }
+        }
+    }
+
+    let records = RecordStore::new(&cfg.state_dir);
+    let mut node = Handle::new().ok();
+    if let Some(list) = errs.note(records.list()) {
+        for (_, rec) in list {
+            let Ok(rec) = rec else { continue };
+            if rec.network != cfg.net.name
+                || valid.contains(&(rec.container_id.clone(), rec.ifname.clone()))
+            {
+                continue;
+            }
+            if let Some(h) = node.as_mut() {
+                let _ = h.del_link_by_name(&names::host_veth(&rec.container_id, &rec.ifname));
+            }
+            errs.note(records.remove(&rec.container_id, &rec.ifname));
+        }
+    }
+
+    if let Ipam::Delegated { plugin } = &cfg.ipam {
+        errs.note(delegate::exec(plugin, env, Command::Gc, &cfg.net.raw));
+    }
+    errs.into_result()
+}

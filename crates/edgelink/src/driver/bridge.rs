@@ -1,0 +1,366 @@
+//! mode "bridge": a Linux bridge on the node (created if missing), the
+//! uplink NIC optionally enslaved to it, and a veth pair whose pod end is
+//! CNI_IFNAME and whose node end is named after (container ID, ifname).
+
+use super::{check_mtu, require_uplink};
+use crate::config::BridgeConf;
+use crate::error::{NetlinkContext, PluginError};
+use crate::names;
+use edgelink_cni_spec::{codes, CniError, Env};
+use edgelink_netlink::{BridgePortState, Handle, Link, LinkKind, NewLink, RouteSpec};
+use edgelink_netns::Netns;
+use ipnetwork::IpNetwork;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// How long ADD waits for the new bridge port to reach forwarding.
+const FORWARDING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What `prepare` changed on the node, so a failed ADD can put it back.
+#[derive(Debug, Default)]
+pub struct Undo {
+    created_bridge: Option<u32>,
+    enslaved_uplink: Option<u32>,
+    moved_addrs: Vec<IpNetwork>,
+    moved_routes: Vec<RouteSpec>,
+}
+
+fn invalid(msg: String) -> PluginError {
+    PluginError::Cni(CniError::new(codes::INVALID_CONFIG, msg))
+}
+
+/// Addresses that count as "the uplink carries addresses": all but IPv6 link-local.
+fn routable_addrs(node: &mut Handle, link: &Link) -> Result<Vec<IpNetwork>, PluginError> {
+    Ok(node
+        .addrs(Some(link.index))
+        .ctx(|| format!("list addresses of {}", link.name))?
+        .into_iter()
+        .filter(|a| {
+            !a.scope_link
+                && !matches!(a.network, IpNetwork::V6(n) if n.ip().segments()[0] & 0xffc0 == 0xfe80)
+        })
+        .map(|a| a.network)
+        .collect())
+}
+
+/// Ensure the bridge (and the uplink as its port). Returns the bridge and
+/// the MTU for the veth pair.
+pub fn prepare(
+    node: &mut Handle,
+    conf: &BridgeConf,
+    mtu: Option<u32>,
+    undo: &mut Undo,
+) -> Result<(Link, u32), PluginError> {
+    let uplink = match &conf.uplink {
+        Some(name) => Some(require_uplink(node, name)?),
+        None => None,
+    };
+    check_mtu(mtu, uplink.as_ref())?;
+    if let Some(u) = &uplink {
+        if let Some(master) = u.master {
+            let is_ours = node
+                .link_by_name(&conf.name)
+                .ctx(|| format!("look up bridge {}", conf.name))?
+                .is_some_and(|b| b.index == master);
+            if !is_ours {
+                return Err(invalid(format!(
+                    "uplink: {:?} is already a port of another device (link #{master}), not of bridge {:?}",
+                    u.name, conf.name
+                )));
+            }
+        }
+    }
+
+    let bridge = match node
+        .link_by_name(&conf.name)
+        .ctx(|| format!("look up bridge {}", conf.name))?
+    {
+        Some(b) if b.kind != LinkKind::Bridge => {
+            return Err(invalid(format!(
+                "bridge: {:?} exists on the node and is not a bridge ({:?})",
+                conf.name, b.kind
+            )))
+        }
+        Some(b) => b,
+        None => {
+            let bmtu = mtu.or(uplink.as_ref().map(|u| u.mtu));
+            match node.create_link(&NewLink::Bridge {
+                name: &conf.name,
+                mtu: bmtu,
+                vlan_filtering: false,
+            }) {
+                Ok(()) => {
+                    let b = node
+                        .require_link(&conf.name)
+                        .ctx(|| format!("look up bridge {}", conf.name))?;
+                    undo.created_bridge = Some(b.index);
+                    b
+                }
+                // Another ADD created it at the same moment.
+                Err(e) if e.is_exists() => node
+                    .require_link(&conf.name)
+                    .ctx(|| format!("look up bridge {}", conf.name))?,
+                Err(e) => return Err(e).ctx(|| format!("create bridge {}", conf.name)),
+            }
+        }
+    };
+    if let Some(vid) = conf.vlan {
+        if bridge.vlan_filtering != Some(true) {
+            node.set_vlan_filtering(bridge.index, true).map_err(|e| {
+                if e.is_not_supported() {
+                    PluginError::Cni(CniError::new(
+                        codes::KERNEL_FEATURE_MISSING,
+                        format!("vlan: {vid} needs bridge VLAN filtering, which this kernel does not support ({e})"),
+                    ))
+                } else {
+                    PluginError::Netlink { context: format!("enable VLAN filtering on {}", conf.name), source: e }
+                }
+            })?;
+        }
+    }
+    if !bridge.up {
+        node.set_up(bridge.index)
+            .ctx(|| format!("set bridge {} up", conf.name))?;
+    }
+
+    if let Some(u) = uplink {
+        if u.master != Some(bridge.index) {
+            let addrs = routable_addrs(node, &u)?;
+            if !addrs.is_empty() && !conf.move_uplink_addresses {
+                let list: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+                return Err(invalid(format!(
+                    "uplink: {:?} carries addresses [{}]; enslaving it to bridge {:?} would cut the node off. \
+                     Move them to the bridge yourself, or set \"moveUplinkAddresses\": true",
+                    u.name,
+                    list.join(", "),
+                    conf.name
+                )));
+            }
+            let routes: Vec<RouteSpec> = node
+                .routes()
+                .ctx(|| "list routes".to_string())?
+                .into_iter()
+                .filter(|r| r.oif == Some(u.index) && r.gw.is_some())
+                .collect();
+            // Addresses go on the bridge first, so the node stays reachable.
+            for a in &addrs {
+                node.ensure_addr(bridge.index, a, true)
+                    .ctx(|| format!("add {a} to bridge {}", conf.name))?;
+                undo.moved_addrs.push(*a);
+            }
+            node.set_master(u.index, bridge.index)
+                .ctx(|| format!("enslave uplink {} to bridge {}", u.name, conf.name))?;
+            undo.enslaved_uplink = Some(u.index);
+            for a in &addrs {
+                node.del_addr(u.index, a)
+                    .ctx(|| format!("remove {a} from uplink {}", u.name))?;
+            }
+            for r in &routes {
+                let mut moved = r.clone();
+                moved.oif = Some(bridge.index);
+                node.ensure_route(&moved)
+                    .ctx(|| format!("move route {} to bridge {}", r.dst, conf.name))?;
+                undo.moved_routes.push(r.clone());
+            }
+        }
+        if !u.up {
+            node.set_up(u.index)
+                .ctx(|| format!("set uplink {} up", u.name))?;
+        }
+        if let Some(vid) = conf.vlan {
+            node.bridge_vlan(u.index, vid, false, true)
+                .ctx(|| format!("add VLAN {vid} (tagged) to uplink {}", u.name))?;
+        }
+    }
+    let veth_mtu = mtu.unwrap_or(if bridge.mtu > 0 { bridge.mtu } else { 1500 });
+    Ok((bridge, veth_mtu))
+}
+
+/// Create the veth pair, attach the node end to the bridge and bring both
+/// up. Returns (node end, pod end).
+#[allow(clippy::too_many_arguments)]
+pub fn attach(
+    node: &mut Handle,
+    pod: &mut Handle,
+    pod_ns: &Netns,
+    env: &Env,
+    conf: &BridgeConf,
+    bridge: &Link,
+    mtu: u32,
+    mac: Option<[u8; 6]>,
+) -> Result<(Link, Link), PluginError> {
+    let host = names::host_veth(&env.container_id, &env.ifname);
+    // A leftover of an ADD for this very (container, ifname) killed half-way.
+    node.del_link_by_name(&host)
+        .ctx(|| format!("remove stale {host}"))?;
+    node.create_link(&NewLink::Veth {
+        name: &host,
+        mtu: Some(mtu),
+        peer_name: &env.ifname,
+        peer_mac: mac,
+        peer_netns: Some(pod_ns.as_fd()),
+    })
+    .map_err(|e| {
+        if e.is_exists() {
+            PluginError::Cni(CniError::new(
+                codes::INTERFACE_EXISTS,
+                format!(
+                    "CNI_IFNAME {:?} already exists in network namespace {}",
+                    env.ifname,
+                    pod_ns.path().display()
+                ),
+            ))
+        } else {
+            PluginError::Netlink {
+                context: format!("create veth {host} <-> {}", env.ifname),
+                source: e,
+            }
+        }
+    })?;
+    let host_link = node.require_link(&host).ctx(|| format!("look up {host}"))?;
+    node.set_master(host_link.index, bridge.index)
+        .ctx(|| format!("attach {host} to bridge {}", conf.name))?;
+    if conf.hairpin {
+        node.set_hairpin(host_link.index, true)
+            .ctx(|| format!("hairpin on {host}"))?;
+    }
+    if let Some(vid) = conf.vlan {
+        node.bridge_vlan(host_link.index, vid, true, true)
+            .ctx(|| format!("add VLAN {vid} (PVID, untagged) to {host}"))?;
+        if vid != 1 {
+            node.bridge_vlan(host_link.index, 1, false, false)
+                .ctx(|| format!("remove default VLAN 1 from {host}"))?;
+        }
+    }
+    let pod_link = pod
+        .require_link(&env.ifname)
+        .ctx(|| format!("look up {}", env.ifname))?;
+    pod.set_up(pod_link.index)
+        .ctx(|| format!("set {} up", env.ifname))?;
+    node.set_up(host_link.index)
+        .ctx(|| format!("set {host} up"))?;
+    let host_link = node.require_link(&host).ctx(|| format!("look up {host}"))?;
+    let pod_link = pod
+        .require_link(&env.ifname)
+        .ctx(|| format!("look up {}", env.ifname))?;
+    Ok((host_link, pod_link))
+}
+
+/// Wait until the node end is a forwarding bridge port (immediately without
+/// STP; after the forward delay with it).
+pub fn wait_forwarding(node: &mut Handle, host: &Link) -> Result<(), PluginError> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(200);
+    loop {
+        let l = node
+            .link_by_index(host.index)
+            .ctx(|| format!("look up {}", host.name))?
+            .ok_or_else(|| {
+                PluginError::Cni(CniError::new(
+                    codes::KERNEL,
+                    format!("{} vanished", host.name),
+                ))
+            })?;
+        if l.port_state == Some(BridgePortState::Forwarding) {
+            return Ok(());
+        }
+        if start.elapsed() > FORWARDING_TIMEOUT {
+            return Err(PluginError::Cni(CniError::new(
+                codes::TRY_AGAIN_LATER,
+                format!(
+                    "bridge port {} did not reach forwarding within {:?} (state {:?}); is STP on with a long forward delay?",
+                    host.name, FORWARDING_TIMEOUT, l.port_state
+                ),
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Put gateway addresses on the bridge (isGateway) and enable forwarding.
+pub fn ensure_gateways(
+    node: &mut Handle,
+    bridge: &Link,
+    gateways: &[IpNetwork],
+) -> Result<(), PluginError> {
+    for g in gateways {
+        node.ensure_addr(bridge.index, g, true)
+            .ctx(|| format!("add gateway {g} to bridge {}", bridge.name))?;
+        if g.is_ipv4() {
+            crate::sysctl::ensure("net.ipv4.ip_forward", "1")?;
+        } else {
+            crate::sysctl::ensure("net.ipv6.conf.all.forwarding", "1")?;
+        }
+    }
+    Ok(())
+}
+
+/// Undo `prepare` after a failed ADD. The bridge is removed only when this
+/// ADD created it and no other port joined it meanwhile.
+pub fn undo(node: &mut Handle, conf: &BridgeConf, undo: Undo) -> Vec<PluginError> {
+    let mut errs = Vec::new();
+    let Some(bridge) = undo.created_bridge.or_else(|| {
+        undo.enslaved_uplink.and_then(|_| {
+            node.link_by_name(&conf.name)
+                .ok()
+                .flatten()
+                .map(|b| b.index)
+        })
+    }) else {
+        return errs;
+    };
+    let ports: Vec<Link> = match node.links() {
+        Ok(l) => l.into_iter().filter(|l| l.master == Some(bridge)).collect(),
+        Err(e) => {
+            errs.push(PluginError::Netlink {
+                context: "list links".into(),
+                source: e,
+            });
+            return errs;
+        }
+    };
+    let others = ports.iter().any(|p| Some(p.index) != undo.enslaved_uplink);
+    if others {
+        return errs; // someone else uses the bridge now: leave it as it is
+    }
+    if let Some(u) = undo.enslaved_uplink {
+        for r in &undo.moved_routes {
+            let mut on_bridge = r.clone();
+            on_bridge.oif = Some(bridge);
+            let _ = node.del_route(&on_bridge);
+        }
+        if let Err(e) = node.set_master(u, 0) {
+            errs.push(PluginError::Netlink {
+                context: format!("release uplink #{u}"),
+                source: e,
+            });
+        }
+        for a in &undo.moved_addrs {
+            if let Err(e) = node.ensure_addr(u, a, true) {
+                errs.push(PluginError::Netlink {
+                    context: format!("restore {a} on uplink #{u}"),
+                    source: e,
+                });
+            }
+            let _ = node.del_addr(bridge, a);
+        }
+        for r in &undo.moved_routes {
+            if let Err(e) = node.ensure_route(r) {
+                errs.push(PluginError::Netlink {
+                    context: format!("restore route {}", r.dst),
+                    source: e,
+                });
+            }
+        }
+    }
+    if undo.created_bridge.is_some() {
+        if let Err(e) = node.del_link(bridge) {
+            errs.push(PluginError::Netlink {
+                context: format!("remove bridge {}", conf.name),
+                source: e,
+            });
+        }
+    }
+    errs
+}
