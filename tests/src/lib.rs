@@ -1,1 +1,413 @@
-//! Test fixtures
+//! Fixtures for the scenario tests: network namespaces that clean up after
+//! themselves, a lab that stands in for an edge node, and a runner that
+//! drives the built plugin binary exactly as a runtime does (env + stdin,
+//! inside the "node" namespace).
+//!
+//! Nothing here touches the host's own interfaces: every link lives in a
+//! namespace a fixture created, and every namespace is deleted on drop.
+
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A network namespace named `elkt-<role>-<pid>-<n>`, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(role: &str) -> Netns {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let name = format!("elkt-{role}-{}-{n}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn path(&self) -> String {
+        format!("/var/run/netns/{}", self.name)
+    }
+
+    /// `ip -n <ns> ARGS`, which must succeed.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut full = vec!["ip", "-n", &self.name];
+        full.extend_from_slice(args);
+        sh(&full)
+    }
+
+    /// `ip -n <ns> ARGS`, whatever the outcome.
+    pub fn ip_try(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["-n", &self.name])
+            .args(args)
+            .output()
+            .expect("run ip")
+    }
+
+    /// Run a program inside the namespace.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .expect("run ip netns exec")
+    }
+
+    /// Names of the links in the namespace.
+    pub fn links(&self) -> Vec<String> {
+        let out = self.ip(&["-o", "link", "show"]);
+        out.lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n).to_string())
+            .collect()
+    }
+
+    pub fn has_link(&self, name: &str) -> bool {
+        self.links().iter().any(|l| l == name)
+    }
+
+    /// `ip -o addr show dev X` as "a.b.c.d/n" strings (scope global only).
+    pub fn addrs(&self, dev: &str) -> Vec<String> {
+        let out = self.ip(&["-o", "addr", "show", "dev", dev, "scope", "global"]);
+        out.lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                it.find(|w| *w == "inet" || *w == "inet6")?;
+                it.next().map(str::to_string)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// Run a command that must succeed; returns stdout.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The built plugin: `$EDGELINK_BIN`, else `<target>/debug/edgelink`.
+pub fn plugin_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("EDGELINK_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let p = target.join("debug/edgelink");
+    assert!(
+        p.exists(),
+        "{} not found: build the plugin first (make test does)",
+        p.display()
+    );
+    p
+}
+
+/// What one plugin invocation produced.
+#[derive(Debug)]
+pub struct CniOutput {
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CniOutput {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {:?}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// The Result of a successful command.
+    pub fn ok(&self) -> Value {
+        assert_eq!(
+            self.status,
+            Some(0),
+            "plugin failed: {}\nstderr: {}",
+            self.stdout,
+            self.stderr
+        );
+        self.json()
+    }
+
+    /// Success with empty stdout (DEL, CHECK, STATUS, GC).
+    pub fn ok_empty(&self) {
+        assert_eq!(
+            self.status,
+            Some(0),
+            "plugin failed: {}\nstderr: {}",
+            self.stdout,
+            self.stderr
+        );
+        assert!(
+            self.stdout.trim().is_empty(),
+            "unexpected stdout: {}",
+            self.stdout
+        );
+    }
+
+    /// The CNI error of a failed command: (code, msg). Checks the error
+    /// JSON is on stdout and the exit status is non-zero.
+    pub fn err(&self) -> (u64, String) {
+        assert_ne!(
+            self.status,
+            Some(0),
+            "expected a failure, got: {}",
+            self.stdout
+        );
+        let j = self.json();
+        let code = j["code"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no code in {j}"));
+        assert!(j["cniVersion"].is_string(), "error without cniVersion: {j}");
+        (code, j["msg"].as_str().unwrap_or_default().to_string())
+    }
+}
+
+/// One invocation, as a runtime makes it.
+pub struct Call<'a> {
+    pub command: &'a str,
+    pub container_id: &'a str,
+    pub netns: Option<&'a str>,
+    pub ifname: &'a str,
+    pub args: &'a str,
+    pub path: &'a str,
+    /// Extra environment (e.g. EDGELINK_DEBUG_STALL).
+    pub extra_env: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(
+        command: &'a str,
+        container_id: &'a str,
+        netns: Option<&'a str>,
+        ifname: &'a str,
+    ) -> Call<'a> {
+        Call {
+            command,
+            container_id,
+            netns,
+            ifname,
+            args: "",
+            path: "/usr/lib/cni",
+            extra_env: Vec::new(),
+        }
+    }
+
+    pub fn args(mut self, args: &'a str) -> Self {
+        self.args = args;
+        self
+    }
+
+    /// Build the process (inside `node`), not yet started.
+    pub fn command(&self, node: &Netns, stdin_is_piped: bool) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &node.name])
+            .arg(plugin_bin())
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("CNI_COMMAND", self.command)
+            .env("CNI_CONTAINERID", self.container_id)
+            .env("CNI_NETNS", self.netns.unwrap_or(""))
+            .env("CNI_IFNAME", self.ifname)
+            .env("CNI_ARGS", self.args)
+            .env("CNI_PATH", self.path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &self.extra_env {
+            c.env(k, v);
+        }
+        if stdin_is_piped {
+            c.stdin(Stdio::piped());
+        }
+        c
+    }
+
+    /// Run with `stdin` and wait.
+    pub fn run_raw(&self, node: &Netns, stdin: &[u8]) -> CniOutput {
+        let mut child = self.command(node, true).spawn().expect("spawn plugin");
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        CniOutput {
+            status: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn run(&self, node: &Netns, conf: &Value) -> CniOutput {
+        self.run_raw(node, conf.to_string().as_bytes())
+    }
+}
+
+/// An edge node on one machine: a "node" namespace whose `uplink0` is
+/// cabled (veth) to a "device" namespace at 172.31.250.10/24 and
+/// fd00:e1::10/64, plus a state directory.
+pub struct Lab {
+    pub node: Netns,
+    pub device: Netns,
+    pub state: tempfile::TempDir,
+}
+
+pub const DEVICE_V4: &str = "172.31.250.10";
+pub const DEVICE_V6: &str = "fd00:e1::10";
+
+impl Lab {
+    pub fn new() -> Lab {
+        let node = Netns::new("node");
+        let device = Netns::new("dev");
+        node.ip(&[
+            "link",
+            "add",
+            "uplink0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "dev0",
+            "netns",
+            &device.name,
+        ]);
+        device.ip(&["addr", "add", &format!("{DEVICE_V4}/24"), "dev", "dev0"]);
+        device.ip(&[
+            "addr",
+            "add",
+            &format!("{DEVICE_V6}/64"),
+            "dev",
+            "dev0",
+            "nodad",
+        ]);
+        device.ip(&["link", "set", "dev0", "up"]);
+        node.ip(&["link", "set", "uplink0", "up"]);
+        Lab {
+            node,
+            device,
+            state: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn state_dir(&self) -> String {
+        self.state.path().display().to_string()
+    }
+
+    /// A new pod namespace.
+    pub fn pod(&self) -> Netns {
+        Netns::new("pod")
+    }
+
+    /// The design's bridge example, pointed at this lab.
+    pub fn bridge_conf(&self, version: &str) -> Value {
+        json!({
+            "cniVersion": version,
+            "name": "plant-floor",
+            "type": "edgelink",
+            "mode": "bridge",
+            "bridge": "edge0",
+            "uplink": "uplink0",
+            "stateDir": self.state_dir(),
+            "ipam": {
+                "ranges": [[{"subnet": "172.31.250.0/24", "rangeStart": "172.31.250.100",
+                             "rangeEnd": "172.31.250.150", "gateway": "172.31.250.1"}]],
+                "routes": [{"dst": "172.30.0.0/16"}],
+                "nodeName": "kedge1"
+            },
+            "forwards": [
+                {"name": "api", "protocol": "tcp", "port": 8080, "target": format!("{DEVICE_V4}:8080")},
+                {"name": "telemetry", "protocol": "udp", "port": 5000, "target": format!("{DEVICE_V4}:5000")}
+            ]
+        })
+    }
+
+    pub fn macvlan_conf(&self, version: &str) -> Value {
+        let mut c = self.bridge_conf(version);
+        c["mode"] = json!("macvlan");
+        c.as_object_mut().unwrap().remove("bridge");
+        c["macvlanMode"] = json!("bridge");
+        c
+    }
+
+    /// Reserved addresses in the built-in store of `network` (files named
+    /// like an IP address).
+    pub fn reserved(&self, network: &str) -> Vec<String> {
+        let dir = self.state.path().join("ipam").join(network);
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Attachment record files.
+    pub fn records(&self) -> Vec<String> {
+        let dir = self.state.path().join("attachments");
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        rd.filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+            .collect()
+    }
+
+    /// Links in the node namespace other than lo, uplink0 and `keep`.
+    pub fn node_extra_links(&self, keep: &[&str]) -> Vec<String> {
+        self.node
+            .links()
+            .into_iter()
+            .filter(|l| l != "lo" && l != "uplink0" && !keep.contains(&l.as_str()))
+            .collect()
+    }
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Lab::new()
+    }
+}
+
+/// Put `result` into `conf` as `prevResult` (for CHECK and DEL).
+pub fn with_prev(conf: &Value, result: &Value) -> Value {
+    let mut c = conf.clone();
+    c["prevResult"] = result.clone();
+    c
+}
+
+/// TCP connect from inside `ns` to `addr` with a short timeout (python3,
+/// always present); true if the connection was accepted.
+pub fn tcp_reachable(ns: &Netns, host: &str, port: u16) -> bool {
+    let script = format!(
+        "import socket,sys\ns=socket.socket(socket.AF_INET6 if ':' in '{host}' else socket.AF_INET)\ns.settimeout(2)\ntry:\n s.connect(('{host}',{port}))\nexcept ConnectionRefusedError:\n sys.exit(0)\nexcept Exception:\n sys.exit(1)\n"
+    );
+    // A refused connection proves the path works as well as an accepted one.
+    ns.exec(&["python3", "-c", &script]).status.success()
+}
