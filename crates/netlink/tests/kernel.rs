@@ -57,6 +57,8 @@ fn bridge_veth_macvlan_addresses_and_routes() {
     h.create_link(&NewLink::Veth {
         name: "vh-t",
         mtu: Some(1400),
+        master: None,
+        up: false,
         peer_name: "net1",
         peer_mac: Some(mac),
         peer_netns: Some(pod.as_fd()),
@@ -123,6 +125,9 @@ fn bridge_veth_macvlan_addresses_and_routes() {
     })
     .unwrap();
     let up = h.require_link("up-t").unwrap();
+    assert_eq!(up.master, Some(br.index));
+    assert!(up.up);
+    assert!(!h.require_link("up-peer").unwrap().up);
     h.create_link(&NewLink::Macvlan {
         name: "tmp-mv",
         parent: up.index,

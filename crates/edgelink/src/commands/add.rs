@@ -35,6 +35,7 @@ fn debug_stall(point: &str) {
 
 pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
     let netns_path = env.netns.as_ref().expect("Env checks CNI_NETNS for ADD");
+    tracing::debug!("ADD start");
     let pod_ns = Netns::open(netns_path)?;
     let mut node = Handle::new().ctx(|| "open netlink in the node namespace".into())?;
     let mut pod = pod_ns
@@ -81,6 +82,7 @@ fn add(
             (l, Vec::new())
         }
     };
+    tracing::debug!("interface ready");
     debug_stall("link");
 
     // 2. Addresses.
@@ -107,6 +109,7 @@ fn add(
     };
     done.ipam = !matches!(cfg.ipam, Ipam::None);
     let assigned: Assigned = addressing::add(cfg, env, &mut probe)?;
+    tracing::debug!(?assigned, "addresses reserved");
     debug_stall("ipam");
     let own: Vec<IpNetwork> = assigned.ips.iter().map(|i| i.address).collect();
     if !matches!(cfg.ipam, Ipam::Builtin(_)) {
@@ -137,6 +140,8 @@ fn add(
         }
         bridge::wait_forwarding(node, &host_side[1])?;
     }
+
+    tracing::debug!("pod configured");
 
     // 4. The record for the node daemon.
     let mut stored = cfg.net.raw.clone();
@@ -173,6 +178,7 @@ fn add(
     done.record = true;
     RecordStore::new(&cfg.state_dir).write(&record)?;
     nudge_daemon(&cfg.state_dir);
+    tracing::debug!("record written");
 
     // 5. The Result: prevResult, amended.
     let mut result = cfg.net.prev_result.clone().unwrap_or_default();

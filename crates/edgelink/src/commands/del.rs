@@ -6,9 +6,9 @@ use crate::addressing;
 use crate::config::basics;
 use crate::error::{Errors, NetlinkContext, PluginError};
 use crate::names;
-use edgelink_attachment::{nudge_daemon, RecordStore};
+use edgelink_attachment::{nudge_daemon, Record, RecordStore};
 use edgelink_cni_spec::Env;
-use edgelink_netlink::Handle;
+use edgelink_netlink::{Handle, Link, LinkKind};
 use edgelink_netns::{Netns, NetnsError};
 use serde_json::Value;
 
@@ -31,10 +31,23 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
                     .map_err(PluginError::from)
                     .and_then(|h| h.ctx(|| format!("open netlink in {}", path.display())));
                 if let Some(mut pod) = errs.note(pod) {
-                    errs.note(
-                        pod.del_link_by_name(&env.ifname)
-                            .ctx(|| format!("delete {} in {}", env.ifname, path.display())),
-                    );
+                    let found = pod
+                        .link_by_name(&env.ifname)
+                        .ctx(|| format!("look up {} in {}", env.ifname, path.display()));
+                    if let Some(Some(link)) = errs.note(found) {
+                        if is_ours(&link, env, record.as_ref()) {
+                            errs.note(
+                                pod.del_link(link.index)
+                                    .ctx(|| format!("delete {} in {}", env.ifname, path.display())),
+                            );
+                        } else {
+                            tracing::warn!(
+                                ifname = %env.ifname,
+                                kind = ?link.kind,
+                                "not deleting the pod's interface: edgelink did not make it (an ADD that failed with code 101?)"
+                            );
+                        }
+                    }
                     let tmp = names::temp_ifname(&env.container_id, &env.ifname);
                     errs.note(pod.del_link_by_name(&tmp).ctx(|| format!("delete {tmp}")));
                 }
@@ -81,4 +94,29 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
         nudge_daemon(&b.state_dir);
     }
     errs.into_result()
+}
+
+/// Whether the pod's CNI_IFNAME is edgelink's to delete. An ADD that failed
+/// with code 101 is followed by a DEL for the same name, which must not take
+/// away the interface that was there first (the primary network's eth0 when
+/// a NAD asks for that name). edgelink makes only two kinds: a veth whose
+/// node end carries the name derived from (container ID, ifname), and a
+/// macvlan (with the recorded MAC, when there is a record).
+fn is_ours(link: &Link, env: &Env, record: Option<&Record>) -> bool {
+    match link.kind {
+        LinkKind::Veth => {
+            let host = names::host_veth(&env.container_id, &env.ifname);
+            // When the node cannot be asked, delete as before (best effort).
+            Handle::new()
+                .and_then(|mut node| node.link_by_name(&host))
+                .map_or(true, |l| l.is_some())
+        }
+        LinkKind::Macvlan => record.is_none_or(|r| {
+            r.interface.mac.is_empty()
+                || link
+                    .mac_string()
+                    .is_some_and(|m| m.eq_ignore_ascii_case(&r.interface.mac))
+        }),
+        _ => false,
+    }
 }

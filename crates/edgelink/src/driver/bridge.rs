@@ -190,17 +190,29 @@ pub fn attach(
     mac: Option<[u8; 6]>,
 ) -> Result<(Link, Link), PluginError> {
     let host = names::host_veth(&env.container_id, &env.ifname);
-    // A leftover of an ADD for this very (container, ifname) killed half-way.
-    node.del_link_by_name(&host)
-        .ctx(|| format!("remove stale {host}"))?;
-    node.create_link(&NewLink::Veth {
+    let spec = NewLink::Veth {
         name: &host,
         mtu: Some(mtu),
+        master: Some(bridge.index),
+        up: true,
         peer_name: &env.ifname,
         peer_mac: mac,
         peer_netns: Some(pod_ns.as_fd()),
-    })
-    .map_err(|e| {
+    };
+    let created = match node.create_link(&spec) {
+        // CNI_IFNAME was checked free in the pod: the clash is a node-side
+        // leftover of an ADD for this very (container, ifname) killed half-way.
+        Err(e)
+            if e.is_exists()
+                && node
+                    .del_link_by_name(&host)
+                    .ctx(|| format!("remove stale {host}"))? =>
+        {
+            node.create_link(&spec)
+        }
+        other => other,
+    };
+    created.map_err(|e| {
         if e.is_exists() {
             PluginError::Cni(CniError::new(
                 codes::INTERFACE_EXISTS,
@@ -212,14 +224,15 @@ pub fn attach(
             ))
         } else {
             PluginError::Netlink {
-                context: format!("create veth {host} <-> {}", env.ifname),
+                context: format!(
+                    "create veth {host} <-> {} on bridge {}",
+                    env.ifname, conf.name
+                ),
                 source: e,
             }
         }
     })?;
     let host_link = node.require_link(&host).ctx(|| format!("look up {host}"))?;
-    node.set_master(host_link.index, bridge.index)
-        .ctx(|| format!("attach {host} to bridge {}", conf.name))?;
     if conf.hairpin {
         node.set_hairpin(host_link.index, true)
             .ctx(|| format!("hairpin on {host}"))?;
@@ -237,12 +250,6 @@ pub fn attach(
         .ctx(|| format!("look up {}", env.ifname))?;
     pod.set_up(pod_link.index)
         .ctx(|| format!("set {} up", env.ifname))?;
-    node.set_up(host_link.index)
-        .ctx(|| format!("set {host} up"))?;
-    let host_link = node.require_link(&host).ctx(|| format!("look up {host}"))?;
-    let pod_link = pod
-        .require_link(&env.ifname)
-        .ctx(|| format!("look up {}", env.ifname))?;
     Ok((host_link, pod_link))
 }
 
