@@ -8,6 +8,8 @@ mod config;
 mod delegate;
 mod driver;
 mod error;
+#[cfg(test)]
+mod examples;
 mod lock;
 mod names;
 mod sysctl;
