@@ -45,7 +45,7 @@ TESTDIR='' PODMAN_READY=0 BLOB_CACHE_EXISTED=0
 [[ ! -e $BLOB_CACHE ]] || BLOB_CACHE_EXISTED=1
 
 usage() {
-    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -94,8 +94,16 @@ if [[ $REFERENCE == 0 ]]; then
     [[ -f $PLUGIN_BIN && -x $PLUGIN_BIN ]] || die "$PLUGIN_BIN is not an executable file"
     PLUGIN_BIN=$(realpath "$PLUGIN_BIN")
 fi
+CASES=()
+for mode in bridge macvlan; do
+    for ver in 1.0.0 0.4.0; do
+        # shellcheck disable=SC2053 # ONLY is a glob on purpose
+        [[ podman-$mode-$ver != $ONLY ]] || CASES+=("$mode $ver")
+    done
+done
+[[ ${#CASES[@]} -gt 0 ]] || die "no case matches --only '$ONLY'"
 [[ $(id -u) == 0 ]] || die "must run as root"
-for cmd in podman runc conmon nsenter ip timeout findmnt; do
+for cmd in podman runc conmon nsenter setsid ip timeout findmnt; do
     command -v "$cmd" >/dev/null || die "$cmd not found (run scripts/install-deps.sh test)"
 done
 [[ -x /bin/busybox ]] || die "/bin/busybox not found (busybox-static)"
@@ -115,10 +123,13 @@ ensure_node_ns() {
 
 # podman inside the node netns, with the test's configuration only.
 # nsenter, not `ip netns exec`: the latter remounts /sys, which breaks runc's
-# cgroup handling. timeout --foreground keeps podman in our process group, so
-# that a Ctrl-C reaches it.
+# cgroup handling. setsid: a Ctrl-C must not kill podman (or the plugin it
+# runs) half-way through ADD, which would leave a container netns podman never
+# recorded; the trap runs once the current podman call has returned (at most
+# PODMAN_TIMEOUT). timeout --foreground kills only podman: a plugin still
+# running then is found by kill_strays.
 pod() {
-    timeout --foreground -k 5 "$PODMAN_TIMEOUT" \
+    setsid -w timeout --foreground -k 5 "$PODMAN_TIMEOUT" \
         nsenter --net="/var/run/netns/$NODE_NS" \
         env CONTAINERS_CONF="$TESTDIR/containers.conf" \
         CONTAINERS_STORAGE_CONF="$TESTDIR/storage.conf" \
@@ -126,45 +137,32 @@ pod() {
 }
 
 # Processes still in the node netns are ours (podman's cleanup processes, a
-# plugin that hangs after its podman timed out). Give them a few seconds, then
-# kill them by PID.
+# plugin that still runs after its podman timed out). Give them a few seconds,
+# then kill them by PID, and delete the container netns such a plugin was
+# given (its CNI_NETNS): podman never recorded it, so `podman rm` cannot.
 kill_strays() {
     [[ -e /var/run/netns/$NODE_NS ]] || return 0
-    local pids deadline=$((SECONDS + 5))
+    local pid ns pids netnses=() deadline=$((SECONDS + 5))
     while :; do
         pids=$(ip netns pids "$NODE_NS" 2>/dev/null || true)
         [[ -n $pids && $SECONDS -lt $deadline ]] || break
         sleep 0.2
     done
     [[ -n $pids ]] || return 0
+    for pid in $pids; do
+        ns=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
+            sed -n 's|^CNI_NETNS=/run/netns/\(netns-[-0-9a-f]*\)$|\1|p') || true
+        [[ -z $ns ]] || netnses+=("$ns")
+    done
     echo "e2e: killing leftover processes in $NODE_NS: ${pids//$'\n'/ }" >&2
     # shellcheck disable=SC2086 # one PID per word
     kill -KILL $pids 2>/dev/null || true
-}
-
-# A podman killed (timeout, Ctrl-C) during ADD leaves the container netns it
-# made and never recorded, so `podman rm` cannot remove it. podman.log names
-# every netns our podman made: delete those still there once no container is.
-reap_container_netns() {
-    [[ -n $TESTDIR && -f $TESTDIR/podman.log ]] || return 0
-    local ns
-    while IFS= read -r ns; do
-        [[ -e $ns ]] || continue
-        echo "e2e: deleting container netns podman left behind: $ns" >&2
-        ip netns del "${ns##*/}" 2>/dev/null || true
-    done < <(sed -n 's|.*Made network namespace at \(/run/netns/netns-[-0-9a-f]*\) for container.*|\1|p' "$TESTDIR/podman.log" | sort -u)
-}
-
-# podman run with a debug log appended to podman.log (reap_container_netns
-# reads it); prints the container's output, and podman's messages on failure.
-pod_run() {
-    local start rc=0
-    start=$(stat -c %s "$TESTDIR/podman.log")
-    pod --log-level=debug run "$@" 2>>"$TESTDIR/podman.log" || rc=$?
-    if [[ $rc != 0 ]]; then
-        tail -c +"$((start + 1))" "$TESTDIR/podman.log" | grep -v 'level=debug' | tail -n 20 >&2
-    fi
-    return "$rc"
+    for ns in $(printf '%s\n' "${netnses[@]}" | sort -u); do
+        if [[ -e /run/netns/$ns ]]; then
+            echo "e2e: deleting container netns $ns that podman left" >&2
+            ip netns del "$ns" 2>/dev/null || true
+        fi
+    done
 }
 
 topology_down() {
@@ -180,11 +178,11 @@ cleanup() {
     if [[ $PODMAN_READY == 1 ]]; then
         # Leftover containers get their DEL inside a node netns, never the host's.
         ensure_node_ns 2>/dev/null || true
-        pod rm -af -t 0 >/dev/null 2>&1 || echo "e2e: cleanup: podman rm -af failed" >&2
-        pod system reset --force >/dev/null 2>&1 || echo "e2e: cleanup: podman system reset failed" >&2
+        local out
+        out=$(pod rm -af -t 0 2>&1) || echo "e2e: cleanup: podman rm -af failed: $out" >&2
+        out=$(pod system reset --force 2>&1) || echo "e2e: cleanup: podman system reset failed: $out" >&2
     fi
     topology_down
-    reap_container_netns
     # podman 4.3 keeps CNI results in a fixed global cache and the image blob
     # cache in a fixed place: remove what this run put there.
     rm -f "$CNI_CACHE/$NET_PREFIX"-* 2>/dev/null || true
@@ -209,7 +207,6 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- test dir
 TESTDIR=$(mktemp -d /tmp/elk-e2e.XXXXXX)
-: >"$TESTDIR/podman.log"
 mkdir -p "$TESTDIR"/{net.d,bin,state,hostlocal,tmp,trace,graphroot,runroot}
 
 cat >"$TESTDIR/containers.conf" <<EOF
@@ -297,7 +294,9 @@ topology_up() {
 }
 
 node_links() {
-    ip -n "$NODE_NS" -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | sort
+    # stderr: a host veth whose peer netns is being torn down makes ip say
+    # "Peer netns reference is invalid".
+    ip -n "$NODE_NS" -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | sort
 }
 
 # ---------------------------------------------------------------- image
@@ -497,7 +496,7 @@ run_case() { # MODE VERSION
     local cidfile=$TESTDIR/tmp/$net.cid
     rm -f "$cidfile"
     local prc=0
-    out=$(pod_run --rm --cidfile "$cidfile" --network "$net" "$IMAGE" \
+    out=$(pod run --rm --cidfile "$cidfile" --network "$net" "$IMAGE" \
         sh -c "ip -4 -o addr show dev eth0; ping -c1 -W2 $DEVICE_IP" 2>&1) || prc=$?
     if [[ $prc == 0 ]]; then
         addr=$(awk '$2 == "eth0" && $3 == "inet" { print $4; exit }' <<<"$out")
@@ -517,7 +516,7 @@ run_case() { # MODE VERSION
     links_before=$(node_links)
     t0=$(now_ms)
     prc=0
-    cid=$(pod_run -d --network "$net" "$IMAGE" sleep 300 2>&1) || prc=$?
+    cid=$(pod run -d --network "$net" "$IMAGE" sleep 300 2>&1) || prc=$?
     if [[ $prc != 0 ]]; then
         fail "podman run -d failed ($(status_text $prc)):"
         indent <<<"$cid"
@@ -579,41 +578,36 @@ else
 fi
 
 PASSED=0 FAILED=0
-for mode in bridge macvlan; do
-    for ver in 1.0.0 0.4.0; do
-        name=podman-$mode-$ver
-        # shellcheck disable=SC2053 # ONLY is a glob on purpose
-        [[ $name == $ONLY ]] || continue
-        echo "--- $name"
-        t_case=$(now_ms)
-        set +e
-        (
-            set -e
-            trap 'exit 130' INT
-            trap 'exit 143' TERM
-            # set -e ended the case: say where.
-            trap 'rc=$?; [[ $rc == 0 || $CASE_FAILS != 0 ]] || echo "    FAIL: aborted (status $rc) at: $BASH_COMMAND"' EXIT
-            run_case "$mode" "$ver"
-            exit $((CASE_FAILS > 0))
-        )
-        rc=$?
+for c in "${CASES[@]}"; do
+    read -r mode ver <<<"$c"
+    name=podman-$mode-$ver
+    echo "--- $name"
+    t_case=$(now_ms)
+    set +e
+    (
         set -e
-        [[ $TRACE == 0 ]] || print_trace
-        # Whatever the case left (a failed rm, say): remove it before the next.
-        pod rm -af -t 0 >/dev/null 2>&1 || true
-        rm -f "$TESTDIR"/net.d/*
-        topology_down
-        reap_container_netns
-        if [[ $rc == 0 ]]; then
-            echo "PASS $name ($(($(now_ms) - t_case)) ms)"
-            PASSED=$((PASSED + 1))
-        else
-            echo "FAIL $name ($(($(now_ms) - t_case)) ms)"
-            FAILED=$((FAILED + 1))
-        fi
-    done
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
+        # set -e ended the case: say where.
+        trap 'rc=$?; [[ $rc == 0 || $CASE_FAILS != 0 ]] || echo "    FAIL: aborted (status $rc) at: $BASH_COMMAND"' EXIT
+        run_case "$mode" "$ver"
+        exit $((CASE_FAILS > 0))
+    )
+    rc=$?
+    set -e
+    [[ $TRACE == 0 ]] || print_trace
+    # Whatever the case left (a failed rm, say): remove it before the next.
+    pod rm -af -t 0 >/dev/null 2>&1 || true
+    rm -f "$TESTDIR"/net.d/*
+    topology_down
+    if [[ $rc == 0 ]]; then
+        echo "PASS $name ($(($(now_ms) - t_case)) ms)"
+        PASSED=$((PASSED + 1))
+    else
+        echo "FAIL $name ($(($(now_ms) - t_case)) ms)"
+        FAILED=$((FAILED + 1))
+    fi
 done
 
-[[ $((PASSED + FAILED)) -gt 0 ]] || die "no case matches --only '$ONLY'"
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED == 0 ]]

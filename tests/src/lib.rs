@@ -411,3 +411,299 @@ pub fn tcp_reachable(ns: &Netns, host: &str, port: u16) -> bool {
     // A refused connection proves the path works as well as an accepted one.
     ns.exec(&["python3", "-c", &script]).status.success()
 }
+
+// ---------------------------------------------------------------------------
+// Helpers for the error, macvlan and runtime scenarios.
+
+impl Call<'_> {
+    /// Run with `stdin` after removing the variables in `unset` from the
+    /// environment altogether (not just emptied), as a careless caller would.
+    pub fn run_unset(&self, node: &Netns, unset: &[&str], stdin: &[u8]) -> CniOutput {
+        let mut cmd = self.command(node, true);
+        for k in unset {
+            cmd.env_remove(k);
+        }
+        let mut child = cmd.spawn().expect("spawn plugin");
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        CniOutput {
+            status: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Netns {
+    /// The MAC address of `dev` (lower case), from `ip -o link show`.
+    pub fn mac(&self, dev: &str) -> String {
+        let out = self.ip(&["-o", "link", "show", "dev", dev]);
+        let mut it = out.split_whitespace();
+        it.find(|w| *w == "link/ether")
+            .and_then(|_| it.next())
+            .unwrap_or_else(|| panic!("no MAC for {dev} in {out}"))
+            .to_lowercase()
+    }
+
+    /// The MTU of `dev`.
+    pub fn mtu(&self, dev: &str) -> u32 {
+        let out = self.ip(&["-o", "link", "show", "dev", dev]);
+        let mut it = out.split_whitespace();
+        it.find(|w| *w == "mtu")
+            .and_then(|_| it.next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("no MTU for {dev} in {out}"))
+    }
+
+    /// The controller (`master`) of `dev`, if it is enslaved.
+    pub fn master_of(&self, dev: &str) -> Option<String> {
+        let out = self.ip(&["-o", "link", "show", "dev", dev]);
+        let mut it = out.split_whitespace();
+        it.find(|w| *w == "master")
+            .and_then(|_| it.next())
+            .map(str::to_string)
+    }
+
+    /// `ip -d -o link show dev X`: kind-specific details (macvlan mode, ...).
+    pub fn link_details(&self, dev: &str) -> String {
+        self.ip(&["-d", "-o", "link", "show", "dev", dev])
+    }
+
+    /// Link names, sorted (for before/after comparisons).
+    pub fn links_sorted(&self) -> Vec<String> {
+        let mut l = self.links();
+        l.sort();
+        l
+    }
+}
+
+impl Lab {
+    /// Reserved addresses of every network in the built-in store, as
+    /// "network/address", sorted.
+    pub fn reserved_all(&self) -> Vec<String> {
+        let root = self.state.path().join("ipam");
+        let Ok(rd) = std::fs::read_dir(root) else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .flat_map(|e| {
+                let net = e.file_name().to_string_lossy().into_owned();
+                self.reserved(&net)
+                    .into_iter()
+                    .map(move |ip| format!("{net}/{ip}"))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Attachment record files, sorted.
+    pub fn records_sorted(&self) -> Vec<String> {
+        let mut r = self.records();
+        r.sort();
+        r
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers for the IPAM, crash, lifecycle and bridge-option scenarios.
+
+/// Poll `cond` every 20 ms until it holds or `timeout` has passed; returns
+/// whether it held.
+pub fn wait_until(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Run `f(0..n)` on `n` threads at once (started together behind a
+/// barrier); results in index order.
+pub fn run_parallel<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (f, barrier) = (&f, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    f(i)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread panicked"))
+            .collect()
+    })
+}
+
+/// A plugin process started in the background (for killing it half-way).
+/// Its stderr is collected by a thread; dropping it kills and reaps the
+/// process if it still runs.
+pub struct Running {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Start `call` inside `node` with `conf` on stdin (stdin is closed
+    /// after writing, as a runtime does).
+    pub fn start(call: &Call<'_>, node: &Netns, conf: &Value) -> Running {
+        let mut child = call.command(node, true).spawn().expect("spawn plugin");
+        {
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            stdin
+                .write_all(conf.to_string().as_bytes())
+                .expect("write stdin");
+        }
+        let mut err = child.stderr.take().expect("piped stderr");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Running {
+            child,
+            stderr,
+            reader: Some(reader),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the process wrote on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Wait (bounded) until stderr contains `needle`.
+    pub fn wait_stderr(&self, needle: &str, timeout: std::time::Duration) -> bool {
+        wait_until(timeout, || self.stderr().contains(needle))
+    }
+
+    /// The process's command name (`/proc/<pid>/comm`), while it runs.
+    pub fn comm(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/comm", self.pid()))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+
+    /// SIGKILL the process and reap it; returns the signal that ended it.
+    pub fn kill9(mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let status = self.child.wait().expect("reap plugin");
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        status.signal()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Netns {
+    /// A sysctl of this namespace, read from /proc/sys inside it
+    /// (`net.ipv4.ip_forward` style key).
+    pub fn sysctl(&self, key: &str) -> String {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let out = self.exec(&["cat", &path]);
+        assert!(
+            out.status.success(),
+            "read {path} in {}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Set a sysctl inside this namespace.
+    pub fn set_sysctl(&self, key: &str, value: &str) {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let out = self.exec(&["sh", "-c", &format!("echo {value} > {path}")]);
+        assert!(
+            out.status.success(),
+            "write {path} in {}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Whether this kernel supports bridge VLAN filtering, tried in a scratch
+/// namespace: `Err(reason)` when it does not.
+pub fn bridge_vlan_filtering_supported() -> Result<(), String> {
+    let ns = Netns::new("scratch");
+    let out = ns.ip_try(&[
+        "link",
+        "add",
+        "brvlan",
+        "type",
+        "bridge",
+        "vlan_filtering",
+        "1",
+    ]);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+impl Lab {
+    /// Node-side veths of bridge attachments (`elk` + 12 hex digits).
+    pub fn host_veths(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .node
+            .links()
+            .into_iter()
+            .filter(|l| l.len() == 15 && l.starts_with("elk"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// `conf` turned into a GC request (cniVersion 1.1.0) keeping `valid`
+    /// (container ID, ifname) attachments.
+    pub fn gc_conf(conf: &Value, valid: &[(&str, &str)]) -> Value {
+        let mut c = conf.clone();
+        c["cniVersion"] = json!("1.1.0");
+        c["cni.dev/valid-attachments"] = valid
+            .iter()
+            .map(|(cid, ifname)| json!({"containerID": cid, "ifname": ifname}))
+            .collect();
+        c
+    }
+}

@@ -12,7 +12,7 @@ mod forward;
 mod store;
 
 pub use forward::{Forward, Protocol};
-pub use store::{nudge_daemon, RecordStore, DAEMON_SOCKET};
+pub use store::{nudge_daemon, Listed, RecordStore, DAEMON_SOCKET};
 
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};

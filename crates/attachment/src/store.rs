@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 /// File name of the daemon's unix socket inside the state directory.
 pub const DAEMON_SOCKET: &str = "edgelinkd.sock";
 
+/// One entry of [`RecordStore::list`]: the file and its record, or why it
+/// could not be read.
+pub type Listed = (PathBuf, Result<Record, RecordError>);
+
 /// `<stateDir>/attachments/`.
 #[derive(Debug, Clone)]
 pub struct RecordStore {
@@ -107,7 +111,7 @@ impl RecordStore {
 
     /// Every record file, parsed or with the reason it could not be.
     /// Temp files of writes in progress are skipped.
-    pub fn list(&self) -> Result<Vec<(PathBuf, Result<Record, RecordError>)>, RecordError> {
+    pub fn list(&self) -> Result<Vec<Listed>, RecordError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -100,16 +100,32 @@ pub fn add(
                     format!("ipam plugin {plugin}: {e}"),
                 ))
             })?;
+            let ips: Vec<IpConfig> = r
+                .ips
+                .into_iter()
+                .map(|mut i| {
+                    i.interface = None;
+                    i
+                })
+                .collect();
+            // A route without gw goes via the gateway of the address of its
+            // family, as with the built-in IPAM and the reference plugins.
+            let routes = r
+                .routes
+                .into_iter()
+                .map(|mut rt| {
+                    if rt.gw.is_none() {
+                        rt.gw = ips
+                            .iter()
+                            .find(|i| i.address.is_ipv4() == rt.dst.is_ipv4())
+                            .and_then(|i| i.gateway);
+                    }
+                    rt
+                })
+                .collect();
             Ok(Assigned {
-                ips: r
-                    .ips
-                    .into_iter()
-                    .map(|mut i| {
-                        i.interface = None;
-                        i
-                    })
-                    .collect(),
-                routes: r.routes,
+                ips,
+                routes,
                 dns: r.dns,
             })
         }

@@ -58,5 +58,9 @@ fn every_example_config_is_valid() {
             seen += 1;
         }
     }
-    assert!(seen >= 6, "only {seen} example configs found in {}", dir.display());
+    assert!(
+        seen >= 6,
+        "only {seen} example configs found in {}",
+        dir.display()
+    );
 }

@@ -119,6 +119,8 @@ fn bridge_veth_macvlan_addresses_and_routes() {
     h.create_link(&NewLink::Veth {
         name: "up-t",
         mtu: None,
+        master: Some(br.index),
+        up: true,
         peer_name: "up-peer",
         peer_mac: None,
         peer_netns: None,
@@ -128,6 +130,8 @@ fn bridge_veth_macvlan_addresses_and_routes() {
     assert_eq!(up.master, Some(br.index));
     assert!(up.up);
     assert!(!h.require_link("up-peer").unwrap().up);
+    // A bridge port cannot be a macvlan master: release it first.
+    h.set_master(up.index, 0).unwrap();
     h.create_link(&NewLink::Macvlan {
         name: "tmp-mv",
         parent: up.index,

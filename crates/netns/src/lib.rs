@@ -192,7 +192,10 @@ mod tests {
     impl TempNs {
         fn new(tag: &str) -> TempNs {
             let name = format!("elk-netns-{}-{tag}", std::process::id());
-            let st = Command::new("ip").args(["netns", "add", &name]).status().unwrap();
+            let st = Command::new("ip")
+                .args(["netns", "add", &name])
+                .status()
+                .unwrap();
             assert!(st.success());
             TempNs(name)
         }
@@ -213,10 +216,15 @@ mod tests {
         let before = Netns::current().unwrap().id().unwrap();
         {
             let _g = target.enter().unwrap();
-            assert_eq!(Netns::current().unwrap().id().unwrap(), target.id().unwrap());
+            assert_eq!(
+                Netns::current().unwrap().id().unwrap(),
+                target.id().unwrap()
+            );
         }
         assert_eq!(Netns::current().unwrap().id().unwrap(), before);
-        let inside = target.run(|| Netns::current().unwrap().id().unwrap()).unwrap();
+        let inside = target
+            .run(|| Netns::current().unwrap().id().unwrap())
+            .unwrap();
         assert_eq!(inside, target.id().unwrap());
         let on_thread = target
             .run_on_thread(|| Netns::current().unwrap().id().unwrap())

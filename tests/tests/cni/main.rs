@@ -3,3 +3,10 @@
 //! Run as root (network namespaces); `make test` builds the binary first.
 
 mod bridge;
+mod bridge_options;
+mod crash;
+mod errors;
+mod ipam;
+mod lifecycle;
+mod macvlan;
+mod runtimes;

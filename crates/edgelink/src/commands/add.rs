@@ -41,6 +41,10 @@ pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
     let mut pod = pod_ns
         .run(Handle::new)?
         .ctx(|| format!("open netlink in {}", netns_path.display()))?;
+    if let Mode::Bridge(_) = &cfg.mode {
+        // A retry after an ADD that was killed half-way.
+        bridge::remove_own_leftover(&mut node, &mut pod, env)?;
+    }
     driver::ensure_ifname_free(&mut pod, &env.ifname, &netns_path.display().to_string())?;
 
     let mut done = Done::default();

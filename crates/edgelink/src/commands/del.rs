@@ -22,8 +22,16 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
         .note(records.read(&env.container_id, &env.ifname))
         .flatten();
 
-    // 1. The pod's interface (a veth's node end goes with it).
-    if let Some(path) = &env.netns {
+    // 1. The pod's interface (a veth's node end goes with it). Without
+    //    CNI_NETNS (containerd's second DEL, which may be the only one), the
+    //    netns recorded by ADD: a macvlan left in a live netns would keep an
+    //    address that IPAM is about to hand out again.
+    let recorded = record
+        .as_ref()
+        .map(|r| r.netns.as_str())
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from);
+    if let Some(path) = &env.netns.clone().or(recorded) {
         match Netns::open(path) {
             Ok(ns) => {
                 let pod = ns

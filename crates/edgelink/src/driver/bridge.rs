@@ -371,3 +371,37 @@ pub fn undo(node: &mut Handle, conf: &BridgeConf, undo: Undo) -> Vec<PluginError
     }
     errs
 }
+
+/// Remove what an ADD for this very (container ID, ifname) left when it was
+/// killed half-way: a veth pair whose node end carries the derived name and
+/// whose pod end is CNI_IFNAME (each end the other's peer). Without this a
+/// retried ADD would fail with 101 on its own leftover. Anything else named
+/// CNI_IFNAME is left alone (ADD then fails with 101, as the spec says).
+/// Returns whether a leftover was removed.
+pub fn remove_own_leftover(
+    node: &mut Handle,
+    pod: &mut Handle,
+    env: &Env,
+) -> Result<bool, PluginError> {
+    let host = names::host_veth(&env.container_id, &env.ifname);
+    let Some(h) = node.link_by_name(&host).ctx(|| format!("look up {host}"))? else {
+        return Ok(false);
+    };
+    let Some(p) = pod
+        .link_by_name(&env.ifname)
+        .ctx(|| format!("look up {}", env.ifname))?
+    else {
+        return Ok(false);
+    };
+    let pair = h.kind == LinkKind::Veth
+        && p.kind == LinkKind::Veth
+        && h.parent == Some(p.index)
+        && p.parent == Some(h.index);
+    if !pair {
+        return Ok(false);
+    }
+    tracing::warn!(host = %host, ifname = %env.ifname, "removing the leftover of an earlier ADD for this container and ifname");
+    node.del_link(h.index)
+        .ctx(|| format!("remove leftover {host}"))?;
+    Ok(true)
+}

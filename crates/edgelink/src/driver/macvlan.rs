@@ -6,7 +6,7 @@ use crate::config::MacvlanConf;
 use crate::error::{NetlinkContext, PluginError};
 use crate::names;
 use edgelink_cni_spec::{codes, CniError, Env};
-use edgelink_netlink::{Handle, Link, NewLink};
+use edgelink_netlink::{Handle, Link, LinkKind, NewLink};
 use edgelink_netns::Netns;
 use std::os::fd::AsFd;
 
@@ -18,10 +18,32 @@ pub fn prepare(
 ) -> Result<Link, PluginError> {
     let uplink = require_uplink(node, &conf.uplink)?;
     check_mtu(mtu, Some(&uplink))?;
+    // A port of a bridge or bond cannot carry macvlans (the kernel answers
+    // EBUSY): say which config is in the way instead.
+    if let Some(master) = uplink.master {
+        let m = node
+            .link_by_index(master)
+            .ctx(|| format!("look up the master of uplink {}", conf.uplink))?;
+        if let Some(m) = m.filter(|m| match &m.kind {
+            LinkKind::Bridge => true,
+            LinkKind::Other(k) => k == "bond" || k == "team",
+            _ => false,
+        }) {
+            return Err(PluginError::Cni(CniError::new(
+                codes::INVALID_CONFIG,
+                format!(
+                    "uplink: {:?} is a port of {:?} ({:?}) and cannot carry a macvlan; \
+                     use mode \"bridge\" with \"bridge\": {:?}, or another uplink",
+                    conf.uplink, m.name, m.kind, m.name
+                ),
+            )));
+        }
+    }
     Ok(uplink)
 }
 
 /// Create the pod's interface; returns it (up, no addresses yet).
+#[allow(clippy::too_many_arguments)]
 pub fn attach(
     node: &mut Handle,
     pod: &mut Handle,
