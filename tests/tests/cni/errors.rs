@@ -663,3 +663,35 @@ fn macvlan_on_an_uplink_that_is_a_bridge_port_is_7() {
     del_after(&lab, &pods, &before, "mv1", Some(&p2.path()), &conf);
     assert!(tcp_reachable(&p1, DEVICE_V4, 9));
 }
+
+#[test]
+fn a_second_add_for_a_live_attachment_is_101_and_changes_nothing() {
+    // The same container ID and ifname again, after an ADD that completed
+    // (not a retry after a crash): the live attachment stays as it is.
+    for macvlan in [false, true] {
+        let lab = Lab::new();
+        let pod = lab.pod();
+        let pods = [&pod];
+        let p = pod.path();
+        let conf = if macvlan {
+            lab.macvlan_conf("1.0.0")
+        } else {
+            lab.bridge_conf("1.0.0")
+        };
+        let r = Call::new("ADD", "twice", Some(&p), "net1")
+            .run(&lab.node, &conf)
+            .ok();
+        let mac = pod.mac("net1");
+        let before = state(&lab, &pods);
+        let out = Call::new("ADD", "twice", Some(&p), "net1").run(&lab.node, &conf);
+        expect_err(&out, 101, &["net1"], &lab, &pods, &before);
+        assert_eq!(pod.mac("net1"), mac);
+        assert!(tcp_reachable(&pod, DEVICE_V4, 9));
+        Call::new("CHECK", "twice", Some(&p), "net1")
+            .run(&lab.node, &with_prev(&conf, &r))
+            .ok_empty();
+        Call::new("DEL", "twice", Some(&p), "net1")
+            .run(&lab.node, &conf)
+            .ok_empty();
+    }
+}

@@ -41,8 +41,14 @@ pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
     let mut pod = pod_ns
         .run(Handle::new)?
         .ctx(|| format!("open netlink in {}", netns_path.display()))?;
-    if let Mode::Bridge(_) = &cfg.mode {
-        // A retry after an ADD that was killed half-way.
+    // A retry after an ADD that was killed half-way: its veth pair is ours
+    // to remove. An ADD that completed wrote a record: then CNI_IFNAME is
+    // a live attachment and must fail below without being touched.
+    let completed = RecordStore::new(&cfg.state_dir)
+        .read(&env.container_id, &env.ifname)
+        .map(|r| r.is_some())
+        .unwrap_or(true);
+    if let (Mode::Bridge(_), false) = (&cfg.mode, completed) {
         bridge::remove_own_leftover(&mut node, &mut pod, env)?;
     }
     driver::ensure_ifname_free(&mut pod, &env.ifname, &netns_path.display().to_string())?;
