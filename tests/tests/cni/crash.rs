@@ -131,6 +131,12 @@ fn killed_add_then_gc_then_del_leaves_nothing() {
             "{point}"
         );
         assert_eq!(lab.records(), vec!["live_net1.json".to_string()]);
+        if point == "ipam" {
+            // GC found the leaked reservation, and with it the node-side
+            // veth named after (container ID, ifname).
+            assert_eq!(lab.host_veths(), vec![l.host.clone()], "{point}");
+            assert!(!pod.has_link("net1"), "{point}");
+        }
 
         del(&lab, &conf, "crashed", &pod);
         assert!(!pod.has_link("net1"), "{point}");

@@ -26,6 +26,7 @@ pub fn run(cfg: &Config, env: &Env) -> Result<(), PluginError> {
         .map(|a| (a.container_id, a.ifname))
         .collect();
     let mut errs = Errors::default();
+    let mut node = Handle::new().ok();
 
     if let Ipam::Builtin(_) = &cfg.ipam {
         if let Some(store) = errs.note(Store::open(&cfg.state_dir, &cfg.net.name)) {
@@ -33,6 +34,11 @@ pub fn run(cfg: &Config, env: &Env) -> Result<(), PluginError> {
                 let report = lock.release_all_except(&valid);
                 for (net, ip, cid, ifname) in &report.released {
                     tracing::info!(network = %net, %ip, container = %cid, %ifname, "GC released");
+                    // An ADD killed before it wrote its record leaves a
+                    // node-side veth only its name can find.
+                    if let Some(h) = node.as_mut() {
+                        let _ = h.del_link_by_name(&names::host_veth(cid, ifname));
+                    }
                 }
                 for e in report.errors {
                     errs.note::<()>(Err(e));
@@ -42,7 +48,6 @@ pub fn run(cfg: &Config, env: &Env) -> Result<(), PluginError> {
     }
 
     let records = RecordStore::new(&cfg.state_dir);
-    let mut node = Handle::new().ok();
     if let Some(list) = errs.note(records.list()) {
         for (_, rec) in list {
             let Ok(rec) = rec else { continue };
