@@ -77,14 +77,14 @@ impl StoreLock<'_> {
                 ifname: owner.ifname.clone(),
                 ips: picks.iter().flatten().map(|p| p.ip).collect(),
             };
-            let written = disk::to_json(&sticky, &path).and_then(|b| disk::write_atomic(&path, &b));
+            let written = disk::to_json(&sticky, &path).and_then(|b| disk::write_hint(&path, &b));
             if let Err(e) = written {
                 tracing::warn!(error = %e, "could not record the sticky address");
             }
         }
         for &(s, ip) in &fresh {
             let path = layout.last_reserved_file(s);
-            if let Err(e) = disk::write_atomic(&path, ip.to_string().as_bytes()) {
+            if let Err(e) = disk::write_hint(&path, ip.to_string().as_bytes()) {
                 tracing::warn!(error = %e, "could not record the round-robin cursor");
             }
         }

@@ -19,9 +19,9 @@ const ADD_POINTS: &[(&str, usize)] = &[
     ("create_exclusive:before_link", 1), // first address done, second temp only
     ("create_exclusive:after_link", 1), // both linked, second temp left
     ("allocate:after_ip_files", 0),    // reservations done, no sticky/cursor
-    ("write_atomic:before_rename", 1), // sticky temp left
-    ("write_atomic:before_rename", 2), // first cursor temp left
-    ("write_atomic:before_rename", 3), // second cursor temp left
+    ("write_hint:torn", 0),            // sticky record half written
+    ("write_hint:torn", 1),            // first cursor half written
+    ("write_hint:torn", 2),            // second cursor half written
 ];
 
 /// Run an ADD for pod A that "crashes" at `point`, then restart.
