@@ -26,10 +26,13 @@ fn init_logging(raw: Option<&Value>) {
         .as_ref()
         .and_then(|b| b.log_level.clone())
         .unwrap_or_else(|| "warn".into());
-    let filter = tracing_subscriber::EnvFilter::try_new(&level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A plain level filter: EnvFilter's directive parsing costs start-up
+    // time on every ADD, and the plugin has no targets worth filtering.
+    let filter = level
+        .parse::<tracing_subscriber::filter::LevelFilter>()
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::WARN);
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(filter)
         .with_ansi(false)
         .with_target(false);
     match b.and_then(|b| b.log_file) {
