@@ -511,3 +511,40 @@ fn status() {
     assert!(lab.reserved_all().is_empty());
     assert!(lab.records().is_empty());
 }
+
+#[test]
+fn logs_go_to_stderr_or_log_file_never_to_stdout() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    let p = pod.path();
+    let mut conf = lab.bridge_conf("1.0.0");
+    conf["logLevel"] = json!("debug");
+
+    // stderr by default: stdout is exactly one JSON document.
+    let out = Call::new("ADD", "log1", Some(&p), "net1").run(&lab.node, &conf);
+    let r = out.ok();
+    assert_eq!(out.stdout.trim().lines().count(), 1, "{}", out.stdout);
+    assert!(out.stderr.contains("addresses reserved"), "{}", out.stderr);
+    Call::new("DEL", "log1", Some(&p), "net1")
+        .run(&lab.node, &with_prev(&conf, &r))
+        .ok_empty();
+
+    // logFile: stderr stays quiet, the file gets the stages and errors.
+    let log = lab.state.path().join("edgelink.log");
+    conf["logFile"] = json!(log.display().to_string());
+    let out = Call::new("ADD", "log2", Some(&p), "net1").run(&lab.node, &conf);
+    out.ok();
+    assert!(out.stderr.trim().is_empty(), "{}", out.stderr);
+    let mut bad = conf.clone();
+    bad["mode"] = json!("nope");
+    let (code, _) = Call::new("ADD", "log3", Some(&p), "net2")
+        .run(&lab.node, &bad)
+        .err();
+    assert_eq!(code, 7);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("record written"), "{text}");
+    assert!(text.contains("nope"), "{text}");
+    Call::new("DEL", "log2", Some(&p), "net1")
+        .run(&lab.node, &conf)
+        .ok_empty();
+}
