@@ -1,48 +1,62 @@
 #!/usr/bin/env bash
-# The edge topology on one machine, and edgelink attaching pods to it.
+# The edge topology on one machine, edgelink attaching a proxy pod to it,
+# and a cluster client reaching the device through the pod's forwards.
 #
-#   node    stands in for the edge node; uplink0 is its second NIC
-#   device  device01-01 at 172.17.16.120 on the private segment, cabled to
-#           uplink0, serving a TCP echo on :8080
-#   pod-a   gets net1 from edgelink in bridge mode  (bridge edge0 + uplink0)
-#   pod-b   gets net1 from edgelink in macvlan mode (on a second NIC uplink1)
+#   node     stands in for the edge node; uplink0 is its second NIC;
+#            edgelinkd runs here (its status on 127.0.0.1:9310 in this netns)
+#   device   device01-01 at 172.17.16.120 on the private segment: TCP echo
+#            on :8080, HTTP on :80, UDP echo on :5000
+#   pod      the proxy pod: eth0 on the "cluster" (10.244.1.10), net1 from
+#            the edgelink plugin (bridge edge0 + uplink0) with three forwards
+#   client   a pod elsewhere in the cluster (10.244.1.20)
+#   pod-mv   a second pod with a macvlan net1, reaching the device directly
 #
-# Each pod then talks to the device over its net1; the plugin's Result, the
-# store and the attachment records are shown, and everything is torn down
-# (also on Ctrl-C or failure). KEEP=1 leaves the lab up for poking at it.
+# Prints each forward, whether it worked, bytes and round-trip time, then
+# tears everything down (also on Ctrl-C or failure). KEEP=1 leaves it up.
 # Needs root, iproute2 and python3; run via `make demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=${EDGELINK_BIN:-target/release/edgelink}
-[[ -x $BIN ]] || BIN=target/debug/edgelink
-[[ -x $BIN ]] || { echo "demo: build first (make demo does)" >&2; exit 1; }
+DAEMON=${EDGELINKD_BIN:-$(dirname "$BIN")/edgelinkd}
+[[ -x $DAEMON ]] || DAEMON=target/release/edgelinkd
 KEEP=${KEEP:-}
 TAG=elkdemo
-NODE=$TAG-node DEV=$TAG-device PODA=$TAG-pod-a PODB=$TAG-pod-b
-STATE=$(mktemp -d /tmp/edgelink-demo.XXXXXX)
+NODE=$TAG-node DEV=$TAG-device POD=$TAG-pod CLIENT=$TAG-client PODMV=$TAG-pod-mv
+ALL=("$POD" "$PODMV" "$CLIENT" "$DEV" "$NODE")
+STATE=/tmp/edgelink-demo
 PIDS=()
+
+down() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    pkill -f "edgelinkd run --state-dir $STATE" 2>/dev/null || true
+    pkill -f "scripts/lab/echo.py serve" 2>/dev/null || true
+    for ns in "${ALL[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    rm -rf "$STATE"
+}
+
+if [[ ${1:-} == --down ]]; then down; exit 0; fi
+for b in "$BIN" "$DAEMON"; do
+    [[ -x $b ]] || { echo "demo: $b missing: build first (make demo does)" >&2; exit 1; }
+done
 
 cleanup() {
     local rc=$?
     if [[ -n $KEEP && $rc == 0 ]]; then
-        echo
-        echo "KEEP=1: lab left up. Try:  ip netns exec $PODA ip addr show net1"
-        echo "        state in $STATE; remove with:  KEEP= scripts/demo.sh --down"
+        cat <<EOT
+
+KEEP=1: the lab is up. Try:
+  ip netns exec $NODE $DAEMON status
+  ip netns exec $NODE python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9310/metrics").read().decode())'
+  ip netns exec $CLIENT python3 scripts/lab/echo.py http-get 10.244.1.10 8081 3
+Tear it down with:  scripts/demo.sh --down
+EOT
         return
     fi
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for ns in $PODA $PODB $DEV $NODE; do ip netns del "$ns" 2>/dev/null || true; done
-    rm -rf "$STATE"
+    down
     [[ $rc == 0 ]] || echo "demo: FAILED (exit $rc); lab torn down" >&2
 }
-
-if [[ ${1:-} == --down ]]; then
-    for ns in $PODA $PODB $DEV $NODE; do ip netns del "$ns" 2>/dev/null || true; done
-    pkill -f "scripts/lab/echo.py serve 172.17.16.120" 2>/dev/null || true
-    rm -rf /tmp/edgelink-demo.*
-    exit 0
-fi
+down
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -55,16 +69,17 @@ cni() { # cni COMMAND CONTAINER NETNS CONFIG-FILE
         "$BIN" < "$4"
 }
 
-ms() { date +%s%N; }
+get() { # get PATH: the daemon's HTTP endpoint, from inside the node netns
+    ip netns exec $NODE python3 -c 'import sys,urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9310"+sys.argv[1], timeout=5).read().decode())' "$1"
+}
 
-say "lab: node, device01-01 (172.17.16.120) on the private segment, two pods"
-for ns in $NODE $DEV $PODA $PODB; do
-    ip netns del "$ns" 2>/dev/null || true
+say "lab: node, device01-01 (172.17.16.120) on the private segment, a cluster client"
+mkdir -p "$STATE"
+for ns in "${ALL[@]}"; do
     ip netns add "$ns"
     ip -n "$ns" link set lo up
 done
-# Two NICs of the node on the same segment: a veth pair each, device side
-# joined by a bridge in the device namespace (a switch).
+# The private segment: a switch in the device netns, two node NICs on it.
 ip -n $DEV link add sw0 type bridge
 ip -n $DEV link set sw0 up
 for i in 0 1; do
@@ -73,67 +88,84 @@ for i in 0 1; do
     ip -n $NODE link set uplink$i up
 done
 ip -n $DEV addr add 172.17.16.120/24 dev sw0
-ip netns exec $DEV python3 scripts/lab/echo.py serve 172.17.16.120 8080 &
-PIDS+=($!)
+ip netns exec $DEV python3 scripts/lab/echo.py serve 172.17.16.120 8080 & PIDS+=($!)
+ip netns exec $DEV python3 scripts/lab/echo.py serve-udp 172.17.16.120 5000 & PIDS+=($!)
+ip netns exec $DEV python3 scripts/lab/echo.py serve-http 172.17.16.120 80 & PIDS+=($!)
+# The cluster network, reduced to one link: client <-> proxy pod's eth0.
+ip -n $POD link add eth0 type veth peer name eth0 netns $CLIENT
+ip -n $POD addr add 10.244.1.10/24 dev eth0
+ip -n $CLIENT addr add 10.244.1.20/24 dev eth0
+ip -n $POD link set eth0 up
+ip -n $CLIENT link set eth0 up
 
-cat > "$STATE/bridge.json" <<JSON
+say "edgelinkd starts in the node namespace"
+ip netns exec $NODE "$DAEMON" run --state-dir "$STATE" --status-addr 127.0.0.1:9310 \
+    --log-level info --reconcile-interval 5 2> "$STATE.log" & PIDS+=($!)
+for _ in $(seq 100); do [[ -S $STATE/edgelinkd.sock ]] && break; sleep 0.05; done
+[[ -S $STATE/edgelinkd.sock ]] || { cat "$STATE.log"; exit 1; }
+
+cat > "$STATE/plant-floor.json" <<JSON
 {"cniVersion": "1.0.0", "name": "plant-floor", "type": "edgelink",
  "mode": "bridge", "bridge": "edge0", "uplink": "uplink0", "stateDir": "$STATE",
  "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.200",
-          "rangeEnd": "172.17.16.250", "gateway": "172.17.16.1"}]],
-          "exclude": ["172.17.16.210/32"], "nodeName": "kedge1"},
- "forwards": [{"name": "api", "protocol": "tcp", "port": 8080, "target": "172.17.16.120:8080"}]}
+          "rangeEnd": "172.17.16.250", "gateway": "172.17.16.1"}]], "nodeName": "kedge1"},
+ "forwards": [
+   {"name": "api",       "protocol": "tcp", "port": 8080, "target": "172.17.16.120:8080"},
+   {"name": "web",       "protocol": "tcp", "port": 8081, "target": "172.17.16.120:80"},
+   {"name": "telemetry", "protocol": "udp", "port": 5000, "target": "172.17.16.120:5000"}]}
 JSON
-sed -e 's/"mode": "bridge", "bridge": "edge0", "uplink": "uplink0"/"mode": "macvlan", "uplink": "uplink1"/' \
-    -e 's/"plant-floor"/"plant-floor-mv"/' -e 's/172.17.16.200/172.17.16.230/' \
-    "$STATE/bridge.json" > "$STATE/macvlan.json"
+cat > "$STATE/plant-floor-mv.json" <<JSON
+{"cniVersion": "1.0.0", "name": "plant-floor-mv", "type": "edgelink",
+ "mode": "macvlan", "uplink": "uplink1", "stateDir": "$STATE",
+ "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.230",
+          "rangeEnd": "172.17.16.240"}]], "nodeName": "kedge1"}}
+JSON
 
-for _ in $(seq 50); do
-    ip netns exec $DEV python3 -c 'import socket; socket.create_connection(("172.17.16.120", 8080), 1)' 2>/dev/null && break
-    sleep 0.1
-done
-
-say "ADD pod-a, mode bridge (edge0 enslaves uplink0)"
-t0=$(ms); cni ADD pod-a $PODA "$STATE/bridge.json" > "$STATE/a.json"; t1=$(ms)
-python3 -m json.tool "$STATE/a.json"
+say "ADD: the proxy pod gets net1 (bridge mode), pod-mv gets net1 (macvlan)"
+t0=$(date +%s%N); cni ADD proxy-0 $POD "$STATE/plant-floor.json" > "$STATE/proxy-0.result"; t1=$(date +%s%N)
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("proxy-0 net1:", r["ips"][0]["address"], "interfaces:", [i["name"] for i in r["interfaces"]])' "$STATE/proxy-0.result"
 echo "ADD took $(( (t1 - t0) / 1000 )) µs (including ip netns exec)"
+cni ADD pod-mv $PODMV "$STATE/plant-floor-mv.json" > /dev/null
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["prevResult"]=json.load(open(sys.argv[2])); print(json.dumps(c))' \
+    "$STATE/plant-floor.json" "$STATE/proxy-0.result" > "$STATE/proxy-0.check"
+cni CHECK proxy-0 $POD "$STATE/proxy-0.check" && echo "CHECK proxy-0: interface, address, reservation, record and the daemon's listeners are fine"
 
-say "ADD pod-b, mode macvlan (child of uplink1)"
-t0=$(ms); cni ADD pod-b $PODB "$STATE/macvlan.json" > "$STATE/b.json"; t1=$(ms)
-python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("pod-b net1:", r["ips"][0]["address"], r["interfaces"][0]["mac"])' "$STATE/b.json"
-echo "ADD took $(( (t1 - t0) / 1000 )) µs (including ip netns exec)"
-
-say "pods talk to device01-01 over net1"
+say "the client (10.244.1.20) talks to device01-01 through the proxy pod's forwards"
 summary=()
-for p in $PODA $PODB; do
-    out=$(ip netns exec "$p" python3 scripts/lab/echo.py ping 172.17.16.120 8080 200)
-    read -r _ bytes rtt <<<"$out"
-    summary+=("$(printf '%-16s net1 %-18s tcp 172.17.16.120:8080  %6d bytes  rtt %4d µs  OK' \
-        "$p" "$(ip -n "$p" -o -4 addr show net1 | awk '{print $4}')" "$bytes" "$rtt")")
-done
+row() { # row NAME PROTO TARGET CLIENT-CMD...
+    local name=$1 proto=$2 target=$3; shift 3
+    local out bytes rtt
+    if out=$(ip netns exec $CLIENT "$@" 2>&1); then
+        read -r _ bytes rtt <<<"$out"
+        summary+=("$(printf '%-10s %-4s 10.244.1.10 -> %-20s OK    %8d bytes  rtt %5d µs' "$name" "$proto" "$target" "$bytes" "$rtt")")
+    else
+        summary+=("$(printf '%-10s %-4s 10.244.1.10 -> %-20s FAIL  %s' "$name" "$proto" "$target" "$out")")
+        FAILED=1
+    fi
+}
+FAILED=0
+row api tcp 172.17.16.120:8080 python3 scripts/lab/echo.py ping 10.244.1.10 8080 500
+row web http 172.17.16.120:80 python3 scripts/lab/echo.py http-get 10.244.1.10 8081 100
+row telemetry udp 172.17.16.120:5000 python3 scripts/lab/echo.py udp-ping 10.244.1.10 5000 500
+out=$(ip netns exec $PODMV python3 scripts/lab/echo.py ping 172.17.16.120 8080 100)
+read -r _ bytes rtt <<<"$out"
+summary+=("$(printf '%-10s %-4s pod-mv direct over macvlan net1 -> 172.17.16.120:8080  OK  %d bytes  rtt %d µs' direct tcp "$bytes" "$rtt")")
 printf '%s\n' "${summary[@]}"
 
-say "CHECK pod-a (prevResult from ADD)"
-python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["prevResult"]=json.load(open(sys.argv[2])); print(json.dumps(c))' \
-    "$STATE/bridge.json" "$STATE/a.json" > "$STATE/a-check.json"
-cni CHECK pod-a $PODA "$STATE/a-check.json" && echo "CHECK ok"
+say "edgelinkd status (also: /status as JSON, /metrics, /healthz on 127.0.0.1:9310 in $NODE)"
+ip netns exec $NODE "$DAEMON" status --status-addr 127.0.0.1:9310
+get /metrics | grep -E '^edgelink_(bytes_to_target|connections)_total' | head -6
 
-say "state: reservations and attachment records (the node daemon reads these)"
-find "$STATE/ipam" "$STATE/attachments" -type f ! -name lock | sed "s|$STATE/||" | sort
-python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("record:", {k: r[k] for k in ("podNamespace","podName","netns","forwards")})' \
-    "$STATE/attachments/pod-a_net1.json"
+if [[ -n $KEEP ]]; then [[ $FAILED == 0 ]]; exit; fi
 
-if [[ -n $KEEP ]]; then exit 0; fi
-
-say "DEL both (twice, the second time without netns, as containerd does)"
-cni DEL pod-a $PODA "$STATE/a-check.json"
-cni DEL pod-b $PODB "$STATE/macvlan.json"
-cni DEL pod-a "" "$STATE/bridge.json"
-cni DEL pod-b "" "$STATE/macvlan.json"
-left=$(find "$STATE/ipam" "$STATE/attachments" -type f ! -name lock ! -name 'last_reserved_ip.*' ! -path '*/sticky/*' | wc -l)
-echo "leftover reservations/records: $left"
+say "DEL: the listeners close, addresses and records are released"
+cni DEL proxy-0 $POD "$STATE/proxy-0.check"
+cni DEL pod-mv $PODMV "$STATE/plant-floor-mv.json"
+sleep 0.3
+left=$(get /status | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["attachments"]))')
+echo "attachments served after DEL: $left"
 [[ $left == 0 ]]
 
 say "summary"
 printf '%s\n' "${summary[@]}"
-echo "The node daemon (edgelinkd) that serves the forwards is not part of this build yet."
+[[ $FAILED == 0 ]]

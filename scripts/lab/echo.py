@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Tiny lab peers: a TCP echo server and a TCP round-trip client.
+"""Tiny lab peers: TCP and UDP echo servers, an HTTP server, and clients.
 
-    echo.py serve HOST PORT          serve until killed (threads per client)
-    echo.py ping HOST PORT [N]       N round trips of 64 bytes; prints
+    echo.py serve HOST PORT          TCP echo until killed (thread per client)
+    echo.py serve-udp HOST PORT      UDP echo until killed
+    echo.py serve-http HOST PORT     HTTP server answering GET with a page
+    echo.py ping HOST PORT [N]       N TCP round trips of 64 bytes; prints
                                      "ok <bytes> <median-rtt-us>" or fails
+    echo.py udp-ping HOST PORT [N]   the same over UDP (1 s timeout each)
+    echo.py http-get HOST PORT [N]   N GETs of /; same output
 
 Used by the demo and the tests only inside network namespaces they create.
 """
@@ -34,6 +38,74 @@ def serve(host, port):
         threading.Thread(target=handle, args=(c,), daemon=True).start()
 
 
+def serve_udp(host, port):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.bind((host, port))
+    while True:
+        b, peer = s.recvfrom(65536)
+        s.sendto(b, peer)
+
+
+def serve_http(host, port):
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # Headers and body go out as two writes: without this, Nagle and
+        # the client's delayed ACK add 40 ms to every request.
+        disable_nagle_algorithm = True
+
+        def do_GET(self):
+            body = b"device01-01: temperature=21.5C status=ok\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    Server((host, port), Handler).serve_forever()
+
+
+def udp_ping(host, port, n):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    c = socket.socket(fam, socket.SOCK_DGRAM)
+    c.settimeout(1)
+    rtts, total = [], 0
+    for i in range(n):
+        msg = b"udp-%06d-" % i + b"x" * 54
+        t = time.perf_counter()
+        c.sendto(msg, (host, port))
+        got, _ = c.recvfrom(2048)
+        rtts.append(time.perf_counter() - t)
+        if got != msg:
+            raise SystemExit("udp echo mismatch")
+        total += len(got) * 2
+    print("ok %d %d" % (total, statistics.median(rtts) * 1e6))
+
+
+def http_get(host, port, n):
+    import http.client
+    rtts, total = [], 0
+    conn = http.client.HTTPConnection(host, port, timeout=3)
+    for _ in range(n):
+        t = time.perf_counter()
+        conn.request("GET", "/")
+        r = conn.getresponse()
+        body = r.read()
+        rtts.append(time.perf_counter() - t)
+        if r.status != 200 or b"device01-01" not in body:
+            raise SystemExit("bad HTTP answer %s" % r.status)
+        total += len(body)
+    print("ok %d %d" % (total, statistics.median(rtts) * 1e6))
+
+
 def ping(host, port, n):
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     c = socket.socket(fam, socket.SOCK_STREAM)
@@ -60,9 +132,11 @@ def ping(host, port, n):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "serve":
-        serve(sys.argv[2], int(sys.argv[3]))
-    elif len(sys.argv) >= 4 and sys.argv[1] == "ping":
-        ping(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 100)
+    cmds = {"serve": serve, "serve-udp": serve_udp, "serve-http": serve_http}
+    clients = {"ping": ping, "udp-ping": udp_ping, "http-get": http_get}
+    if len(sys.argv) >= 4 and sys.argv[1] in cmds:
+        cmds[sys.argv[1]](sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) >= 4 and sys.argv[1] in clients:
+        clients[sys.argv[1]](sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 100)
     else:
         sys.exit(__doc__)

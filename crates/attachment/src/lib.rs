@@ -8,11 +8,13 @@
 //! or know about CNI.
 #![forbid(unsafe_code)]
 
+pub mod control;
 mod forward;
 mod store;
 
+pub use control::{nudge_daemon, query_daemon, CheckReply, ForwardLive, DAEMON_SOCKET};
 pub use forward::{Forward, Protocol};
-pub use store::{nudge_daemon, Listed, RecordStore, DAEMON_SOCKET};
+pub use store::{Listed, RecordStore};
 
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};

@@ -6,9 +6,6 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// File name of the daemon's unix socket inside the state directory.
-pub const DAEMON_SOCKET: &str = "edgelinkd.sock";
-
 /// One entry of [`RecordStore::list`]: the file and its record, or why it
 /// could not be read.
 pub type Listed = (PathBuf, Result<Record, RecordError>);
@@ -151,21 +148,6 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Record, RecordError> {
     })
 }
 
-/// Tell a running daemon to re-read the records now. Best effort and
-/// non-blocking: no daemon, or a busy one, is not an error (it rescans on
-/// its own).
-pub fn nudge_daemon(state_dir: &Path) {
-    use std::os::unix::net::UnixDatagram;
-    let path = state_dir.join(DAEMON_SOCKET);
-    if !path.exists() {
-        return;
-    }
-    if let Ok(sock) = UnixDatagram::unbound() {
-        let _ = sock.set_nonblocking(true);
-        let _ = sock.send_to(b"rescan", &path);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,13 +210,16 @@ mod tests {
     }
 
     #[test]
-    fn nudge_without_daemon_is_harmless() {
+    fn nudge_and_query_without_daemon_are_harmless() {
         let d = tempfile::tempdir().unwrap();
-        nudge_daemon(d.path());
-        let sock = std::os::unix::net::UnixDatagram::bind(d.path().join(DAEMON_SOCKET)).unwrap();
-        nudge_daemon(d.path());
-        let mut buf = [0u8; 16];
-        let n = sock.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"rescan");
+        crate::nudge_daemon(d.path());
+        let q = crate::query_daemon(d.path(), "c1", "net1", std::time::Duration::from_millis(100));
+        assert!(q.unwrap().is_none());
+        let sock = std::os::unix::net::UnixListener::bind(d.path().join(crate::DAEMON_SOCKET)).unwrap();
+        crate::nudge_daemon(d.path());
+        let (s, _) = sock.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut line).unwrap();
+        assert_eq!(line, "rescan\n");
     }
 }

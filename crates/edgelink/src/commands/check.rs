@@ -148,16 +148,47 @@ pub fn run(cfg: &Config, env: &Env) -> Result<(), PluginError> {
     if !matches!(cfg.ipam, Ipam::None) {
         addressing::check(cfg, env, &ips)?;
     }
-    if RecordStore::new(&cfg.state_dir)
-        .read(&env.container_id, &env.ifname)?
-        .is_none()
-    {
+    let Some(record) = RecordStore::new(&cfg.state_dir).read(&env.container_id, &env.ifname)? else {
         return Err(failed(format!(
             "the attachment record of container {} ifname {} is missing from {}",
             env.container_id,
             env.ifname,
             RecordStore::new(&cfg.state_dir).dir().display()
         )));
+    };
+    if !record.forwards.is_empty() {
+        check_daemon(cfg, env)?;
     }
     Ok(())
+}
+
+/// Forwards need the node daemon: it must be running and serve them all.
+fn check_daemon(cfg: &Config, env: &Env) -> Result<(), PluginError> {
+    let sock = cfg.state_dir.join(edgelink_attachment::DAEMON_SOCKET);
+    match edgelink_attachment::query_daemon(
+        &cfg.state_dir,
+        &env.container_id,
+        &env.ifname,
+        std::time::Duration::from_secs(3),
+    ) {
+        Ok(None) => Err(failed(format!(
+            "the node daemon edgelinkd is not running (nothing listens on {}): the forwards are not served",
+            sock.display()
+        ))),
+        Ok(Some(r)) if !r.found => Err(failed(format!(
+            "edgelinkd does not serve container {} ifname {}",
+            env.container_id, env.ifname
+        ))),
+        Ok(Some(r)) if !r.live() => {
+            let down: Vec<String> = r
+                .forwards
+                .iter()
+                .filter(|f| !f.listening)
+                .map(|f| format!("{} ({})", f.name, f.error.as_deref().unwrap_or("not listening")))
+                .collect();
+            Err(failed(format!("forwards not served by edgelinkd: {}", down.join(", "))))
+        }
+        Ok(Some(_)) => Ok(()),
+        Err(e) => Err(failed(format!("cannot ask edgelinkd on {}: {e}", sock.display()))),
+    }
 }

@@ -1,0 +1,111 @@
+//! The daemon's settings, parsed completely before anything is bound.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/edgelink";
+pub const DEFAULT_STATUS_ADDR: &str = "127.0.0.1:9310";
+
+#[derive(Debug, Parser)]
+#[command(name = "edgelinkd", version, about = "The edgelink node daemon: relays each attachment's forwards from inside the pod's network namespace")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve every attachment recorded under the state directory.
+    Run(RunArgs),
+    /// Show a running daemon's attachments, forwards and counters.
+    Status(StatusArgs),
+}
+
+fn secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{s} is outside 0..=86400 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn absolute(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(format!("{s:?} is not an absolute path"))
+    }
+}
+
+fn pipe_size(s: &str) -> Result<usize, String> {
+    let v: usize = s.parse().map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    if !(4096..=64 << 20).contains(&v) {
+        return Err(format!("{v} is outside 4096..=67108864 bytes"));
+    }
+    Ok(v)
+}
+
+fn webhook(s: &str) -> Result<String, String> {
+    if s.starts_with("http://") && s.len() > 7 {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not an http:// URL"))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Where the plugin writes attachment records and the IPAM store.
+    #[arg(long, default_value = DEFAULT_STATE_DIR, value_parser = absolute)]
+    pub state_dir: PathBuf,
+    /// Address of the read-only HTTP endpoint (/healthz, /livez, /metrics, /status).
+    #[arg(long, default_value = DEFAULT_STATUS_ADDR)]
+    pub status_addr: SocketAddr,
+    /// error, warn, info, debug or trace.
+    #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: String,
+    /// How often to look for attachments whose netns is gone (seconds).
+    #[arg(long, default_value = "30", value_parser = secs)]
+    pub reconcile_interval: Duration,
+    /// On SIGTERM, how long existing connections may drain (seconds).
+    #[arg(long, default_value = "20", value_parser = secs)]
+    pub grace_period: Duration,
+    /// Size of each splice pipe, in bytes.
+    #[arg(long, default_value = "1048576", value_parser = pipe_size)]
+    pub pipe_size: usize,
+    /// UDP sessions idle this long are closed (seconds).
+    #[arg(long, default_value = "60", value_parser = secs)]
+    pub udp_idle_timeout: Duration,
+    /// UDP sessions per forward; the oldest is evicted beyond this.
+    #[arg(long, default_value = "4096", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub udp_max_sessions: u32,
+    /// Ready upstream TCP sockets kept per pod namespace (0: make each on demand).
+    #[arg(long, default_value = "16", value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub socket_pool: u32,
+    /// How often to probe TCP targets that saw no connection (seconds, 0: never).
+    #[arg(long, default_value = "30", value_parser = secs)]
+    pub probe_interval: Duration,
+    /// POST the status JSON here when attachments or forward states change.
+    #[arg(long, value_parser = webhook)]
+    pub status_webhook: Option<String>,
+    /// This node's name in /status (default: $NODE_NAME, else the hostname).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Keep IPAM reservations this long after ADD before GC may take an
+    /// address without a record (seconds).
+    #[arg(long, default_value = "120", value_parser = secs)]
+    pub ipam_gc_grace: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Address of the daemon's HTTP endpoint.
+    #[arg(long, default_value = DEFAULT_STATUS_ADDR)]
+    pub status_addr: SocketAddr,
+    /// Print the raw JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,199 @@
+//! Sockets made inside a pod's network namespace.
+//!
+//! setns(2) switches only the calling thread, and a tokio worker must never
+//! be switched. So every attachment gets one small OS thread that enters the
+//! pod's namespace once and then makes sockets on request: listeners for the
+//! forwards, and upstream sockets towards the devices. A socket stays in the
+//! namespace it was created in whichever thread uses it afterwards, so tokio
+//! drives them all from its workers in the node namespace.
+//!
+//! Upstream TCP sockets are also kept in a small ready pool (refilled by the
+//! thread), so accepting a connection does not wait for a thread round trip
+//! (docs/architecture.md has the measurement behind this).
+
+use edgelink_netns::Netns;
+use edgelink_relay::SocketSource;
+use futures_util::future::BoxFuture;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+enum Request {
+    Tcp(Domain, oneshot::Sender<io::Result<Socket>>),
+    Udp(Domain, oneshot::Sender<io::Result<Socket>>),
+    Listener(SocketAddr, bool, oneshot::Sender<io::Result<Socket>>),
+    IfIndex(String, oneshot::Sender<io::Result<u32>>),
+    Refill,
+}
+
+/// The socket maker of one network namespace.
+pub struct Factory {
+    tx: Mutex<mpsc::Sender<Request>>,
+    /// Ready upstream TCP sockets, IPv4 and IPv6.
+    pool4: Mutex<Vec<Socket>>,
+    pool6: Mutex<Vec<Socket>>,
+    pool_size: usize,
+}
+
+fn tcp_socket(domain: Domain) -> io::Result<Socket> {
+    let s = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
+    s.set_tcp_nodelay(true)?;
+    Ok(s)
+}
+
+fn udp_socket(domain: Domain) -> io::Result<Socket> {
+    Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))
+}
+
+fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
+    let domain = Domain::for_address(addr);
+    let s = if stream {
+        Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?
+    } else {
+        Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?
+    };
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    if stream {
+        // The ingress interface of each accepted connection (IP_PKTOPTIONS)
+        // tells private-side connections apart.
+        crate::sockopt::enable_pktinfo(&s, addr.is_ipv6())?;
+        s.bind(&addr.into())?;
+        s.listen(1024)?;
+    } else {
+        s.bind(&addr.into())?;
+    }
+    Ok(s)
+}
+
+impl Factory {
+    /// Start the thread inside `netns`. Fails if the namespace cannot be
+    /// entered.
+    pub fn start(netns: Netns, pool_size: usize) -> io::Result<Arc<Factory>> {
+        let (tx, rx) = mpsc::channel::<Request>();
+        let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
+        let f = Arc::new(Factory {
+            tx: Mutex::new(tx),
+            pool4: Mutex::new(Vec::new()),
+            pool6: Mutex::new(Vec::new()),
+            pool_size,
+        });
+        let weak = Arc::downgrade(&f);
+        let name = format!(
+            "netns:{}",
+            netns.path().file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+        );
+        std::thread::Builder::new()
+            .name(name.chars().take(15).collect())
+            .spawn(move || {
+                // The thread ends with the channel: its namespace never leaks.
+                if let Err(e) = nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET) {
+                    let _ = ready_tx.send(Err(io::Error::from(e)));
+                    return;
+                }
+                drop(netns);
+                let _ = ready_tx.send(Ok(()));
+                while let Ok(req) = rx.recv() {
+                    match req {
+                        Request::Tcp(d, reply) => {
+                            let _ = reply.send(tcp_socket(d));
+                        }
+                        Request::Udp(d, reply) => {
+                            let _ = reply.send(udp_socket(d));
+                        }
+                        Request::Listener(addr, stream, reply) => {
+                            let _ = reply.send(listener(addr, stream));
+                        }
+                        Request::IfIndex(name, reply) => {
+                            let _ = reply.send(
+                                nix::net::if_::if_nametoindex(name.as_str()).map_err(io::Error::from),
+                            );
+                        }
+                        Request::Refill => {
+                            let Some(f) = weak.upgrade() else { return };
+                            for (pool, domain) in [(&f.pool4, Domain::IPV4), (&f.pool6, Domain::IPV6)] {
+                                loop {
+                                    let missing = {
+                                        let p = pool.lock().unwrap_or_else(|e| e.into_inner());
+                                        f.pool_size.saturating_sub(p.len())
+                                    };
+                                    if missing == 0 {
+                                        break;
+                                    }
+                                    match tcp_socket(domain) {
+                                        Ok(s) => pool.lock().unwrap_or_else(|e| e.into_inner()).push(s),
+                                        Err(_) => break, // no IPv6 in this pod, or out of fds
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            })?;
+        ready_rx
+            .recv()
+            .map_err(|_| io::Error::other("netns thread died"))??;
+        if pool_size > 0 {
+            f.send(Request::Refill);
+        }
+        Ok(f)
+    }
+
+    fn send(&self, r: Request) {
+        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(r);
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<io::Result<T>>) -> Request) -> io::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx));
+        rx.await.map_err(|_| io::Error::other("netns thread is gone"))?
+    }
+
+    /// A listening socket bound to `addr` inside the namespace.
+    pub async fn listener(&self, addr: SocketAddr, stream: bool) -> io::Result<Socket> {
+        self.ask(|tx| Request::Listener(addr, stream, tx)).await
+    }
+
+    /// The index of interface `name` inside the namespace.
+    pub async fn ifindex(&self, name: &str) -> io::Result<u32> {
+        let name = name.to_string();
+        self.ask(|tx| Request::IfIndex(name, tx)).await
+    }
+
+    /// An upstream TCP socket: from the pool when one is ready.
+    pub async fn tcp(&self, v6: bool) -> io::Result<Socket> {
+        if self.pool_size > 0 {
+            let pool = if v6 { &self.pool6 } else { &self.pool4 };
+            let popped = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            if let Some(s) = popped {
+                self.send(Request::Refill);
+                return Ok(s);
+            }
+        }
+        let d = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+        self.ask(|tx| Request::Tcp(d, tx)).await
+    }
+}
+
+impl SocketSource for Factory {
+    fn udp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<std::net::UdpSocket>> {
+        let (tx, rx) = oneshot::channel();
+        let d = Domain::for_address(target);
+        self.send(Request::Udp(d, tx));
+        Box::pin(async move {
+            let s = rx.await.map_err(|_| io::Error::other("netns thread is gone"))??;
+            Ok(s.into())
+        })
+    }
+
+    fn tcp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<Socket>> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Tcp(Domain::for_address(target), tx));
+        Box::pin(async move { rx.await.map_err(|_| io::Error::other("netns thread is gone"))? })
+    }
+}

@@ -1,0 +1,94 @@
+//! The read-only HTTP endpoint: /healthz and /livez (as kube-proxy has
+//! them), /metrics (Prometheus text), /status (JSON). GET only.
+
+use crate::daemon::Daemon;
+use crate::metrics;
+use crate::model::now;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn reply(code: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("content-type", ctype)
+        .body(Full::new(body.into()))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+/// Healthy while reconciles keep happening: the last one is younger than
+/// two intervals (plus slack for a slow pass).
+fn health(d: &Daemon, live: bool) -> Response<Full<Bytes>> {
+    let last = d.last_reconcile.load(Ordering::Relaxed);
+    let limit = d.args.reconcile_interval.as_secs().saturating_mul(2).max(10) + 5;
+    let stale = last == 0 || now().saturating_sub(last) > limit;
+    // Draining is healthy for liveness but not for readiness.
+    let ok = !stale && (live || !d.draining.load(Ordering::Relaxed));
+    let body = json!({"lastUpdated": last, "currentTime": now(), "draining": d.draining.load(Ordering::Relaxed)});
+    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    reply(code, "application/json", body.to_string())
+}
+
+async fn handle(d: Arc<Daemon>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "read-only: GET only\n"));
+    }
+    Ok(match req.uri().path() {
+        "/healthz" => health(&d, false),
+        "/livez" => health(&d, true),
+        "/status" => {
+            let body = serde_json::to_vec_pretty(&d.status()).unwrap_or_default();
+            reply(StatusCode::OK, "application/json", body)
+        }
+        "/metrics" => reply(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics::render(&d),
+        ),
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found: try /status, /metrics, /healthz, /livez\n"),
+    })
+}
+
+/// Serve until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "status endpoint: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let d = d.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| handle(d.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), conn).await;
+        });
+    }
+}
+
+/// GET `path` from a daemon (for `edgelinkd status` and the webhook's kin).
+pub async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    use http_body_util::BodyExt;
+    let stream = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer from {addr} within 5 s"))??;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let req = Request::builder()
+        .uri(path)
+        .header("host", addr.to_string())
+        .body(http_body_util::Empty::<Bytes>::new())?;
+    let resp = sender.send_request(req).await?;
+    let code = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((code, String::from_utf8_lossy(&body).into_owned()))
+}

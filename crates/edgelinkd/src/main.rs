@@ -1,0 +1,130 @@
+//! `edgelinkd`, the edgelink node daemon. For every attachment recorded by
+//! the plugin it opens the declared forwards inside the pod's network
+//! namespace and relays them to the devices: TCP with splice(2), UDP with
+//! batched syscalls. One process for the node; health, metrics, JSON status.
+
+mod config;
+mod control;
+mod daemon;
+mod factory;
+mod forward;
+mod http;
+mod metrics;
+mod model;
+mod sockopt;
+mod status_cli;
+mod watch;
+mod webhook;
+
+use anyhow::Context;
+use clap::Parser;
+use config::{Cli, Command, RunArgs};
+use daemon::Daemon;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::time::Duration;
+
+/// sysexits' EX_USAGE: a bad flag or value.
+const EX_USAGE: i32 = 64;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let usage = !matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            );
+            let _ = e.print();
+            std::process::exit(if usage { EX_USAGE } else { 0 });
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("edgelinkd")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("edgelinkd: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => rt.block_on(run(args)),
+        Command::Status(args) => rt.block_on(status_cli::run(args)),
+    };
+    if let Err(e) = result {
+        eprintln!("edgelinkd: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn node_name(args: &RunArgs) -> String {
+    args.node_name
+        .clone()
+        .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
+        .or_else(|| nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()))
+        .unwrap_or_default()
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let level: tracing::Level = args.log_level.parse().unwrap_or(tracing::Level::INFO);
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+
+    // Everything is validated (clap) before anything is bound.
+    let dir = &args.state_dir;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("state dir {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("state dir {}", dir.display()))?;
+    let status_listener = tokio::net::TcpListener::bind(args.status_addr)
+        .await
+        .with_context(|| format!("--status-addr {}", args.status_addr))?;
+
+    let node = node_name(&args);
+    let d = Daemon::new(args.clone(), node);
+    let control = control::bind(&d)?;
+    tokio::spawn(control::serve(control, d.clone()));
+    tokio::spawn(http::serve(status_listener, d.clone()));
+    watch::start(d.clone()).context("watching the attachment records")?;
+    if let Some(url) = &args.status_webhook {
+        webhook::start(d.clone(), url.clone())?;
+    }
+    tracing::info!(state_dir = %dir.display(), status_addr = %args.status_addr, node = %d.node, "edgelinkd started");
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    loop {
+        d.reconcile().await;
+        tokio::select! {
+            _ = d.nudge.notified() => {
+                // Let a burst of record changes settle into one pass.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            _ = tokio::time::sleep(args.reconcile_interval) => {}
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+
+    // Stop accepting, let connections drain for the grace period, exit.
+    tracing::info!(grace = ?args.grace_period, "stopping: no new connections, draining");
+    d.stop_listening();
+    let deadline = tokio::time::Instant::now() + args.grace_period;
+    while d.active() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = d.active();
+    if left > 0 {
+        tracing::warn!(connections = left, "grace period over: closing what is left");
+    }
+    let _ = std::fs::remove_file(dir.join(edgelink_attachment::DAEMON_SOCKET));
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! /metrics: the counters of every forward, labelled by pod and forward,
+//! encoded with prometheus-client (OpenMetrics text).
+
+use crate::daemon::Daemon;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// Render the current state. A fresh registry per scrape: the set of
+/// attachments changes as pods come and go, and stale series must vanish.
+pub fn render(d: &Daemon) -> String {
+    let status = d.status();
+    let mut reg = Registry::with_prefix("edgelink");
+    let counters: Vec<(&str, &str, Family<Labels, Counter>)> = [
+        ("connections", "TCP connections accepted"),
+        ("bytes_to_target", "Bytes relayed from clients to the target"),
+        ("bytes_to_client", "Bytes relayed from the target to clients"),
+        ("connect_errors", "Connects to the target that failed or timed out"),
+        ("errors", "Connections that ended with an error"),
+        ("splice_fallbacks", "Times splice was refused and a plain copy was used"),
+        ("refused", "Connections or datagrams refused (private side)"),
+        ("udp_sessions", "UDP sessions created"),
+        ("udp_evictions", "UDP sessions evicted from a full table"),
+        ("udp_datagrams_to_target", "UDP datagrams relayed to the target"),
+        ("udp_datagrams_to_client", "UDP datagrams relayed back to clients"),
+        ("udp_drops", "UDP datagrams dropped"),
+    ]
+    .into_iter()
+    .map(|(n, h)| (n, h, Family::default()))
+    .collect();
+    let gauges: Vec<(&str, &str, Family<Labels, Gauge>)> = [
+        ("active_connections", "TCP connections being relayed now"),
+        ("active_udp_sessions", "UDP sessions open now"),
+        ("listener_up", "1 when the forward's listener is up"),
+        ("target_reachable", "1 reachable, 0 unreachable, -1 unknown"),
+    ]
+    .into_iter()
+    .map(|(n, h)| (n, h, Family::default()))
+    .collect();
+    for a in &status.attachments {
+        for f in &a.forwards {
+            let labels: Labels = vec![
+                ("pod_namespace".into(), a.pod_namespace.clone().unwrap_or_default()),
+                ("pod".into(), a.pod_name.clone().unwrap_or_default()),
+                ("container_id".into(), a.container_id.chars().take(12).collect()),
+                ("network".into(), a.network.clone()),
+                ("forward".into(), f.name.clone()),
+                ("protocol".into(), f.protocol.clone()),
+            ];
+            let values = [
+                f.total_connections,
+                f.bytes_to_target,
+                f.bytes_to_client,
+                f.connect_errors,
+                f.errors,
+                f.splice_fallbacks,
+                f.refused,
+                f.udp_sessions_total,
+                f.udp_evictions,
+                f.udp_datagrams_to_target,
+                f.udp_datagrams_to_client,
+                f.udp_drops,
+            ];
+            for ((_, _, fam), v) in counters.iter().zip(values) {
+                fam.get_or_create(&labels).inc_by(v);
+            }
+            let reach = match f.reachability.state.as_str() {
+                "reachable" => 1,
+                "unreachable" => 0,
+                _ => -1,
+            };
+            let g = [
+                f.active_connections as i64,
+                f.udp_sessions as i64,
+                i64::from(f.listener == "listening"),
+                reach,
+            ];
+            for ((_, _, fam), v) in gauges.iter().zip(g) {
+                fam.get_or_create(&labels).set(v);
+            }
+        }
+    }
+    for (n, h, fam) in counters {
+        reg.register(n, h, fam);
+    }
+    for (n, h, fam) in gauges {
+        reg.register(n, h, fam);
+    }
+    let attachments: Gauge = Gauge::default();
+    attachments.set(status.attachments.len() as i64);
+    reg.register("attachments", "Attachments served", attachments);
+    let malformed: Gauge = Gauge::default();
+    malformed.set(status.malformed_records.len() as i64);
+    reg.register("malformed_records", "Attachment records that could not be read", malformed);
+    let reclaimed: Counter = Counter::default();
+    reclaimed.inc_by(status.reclaimed_total);
+    reg.register("reclaimed_attachments", "Attachments reclaimed because their netns was gone", reclaimed);
+    let pipes = d.pipes.stats();
+    let pipes_in_use: Gauge = Gauge::default();
+    pipes_in_use.set(pipes.in_use as i64);
+    reg.register("pipes_in_use", "Splice pipes holding data in flight", pipes_in_use);
+    let mut out = String::new();
+    let _ = encode(&mut out, &reg);
+    out
+}

@@ -1,0 +1,198 @@
+//! What the daemon knows, as it is reported: the JSON of `/status`, the
+//! source of `/metrics`, of the control socket's `check` and of
+//! `edgelinkd status`.
+
+use edgelink_relay::Counters;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Whether the last attempt to reach a forward's target worked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reachability {
+    /// `reachable`, `unreachable` or `unknown`.
+    pub state: String,
+    pub checked_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Mutable state of one forward (counters live in [`Counters`]).
+#[derive(Debug, Default)]
+pub struct ForwardState {
+    /// `starting`, `listening`, `failed`, `refused`, `stopped`.
+    pub listener: String,
+    pub last_error: Option<String>,
+    pub last_error_at: u64,
+    pub reachability: Reachability,
+}
+
+/// One forward of one attachment, shared by its tasks and the reporters.
+#[derive(Debug)]
+pub struct ForwardRuntime {
+    pub spec: edgelink_attachment::Forward,
+    pub counters: std::sync::Arc<Counters>,
+    pub state: Mutex<ForwardState>,
+}
+
+impl ForwardRuntime {
+    pub fn new(spec: edgelink_attachment::Forward) -> ForwardRuntime {
+        ForwardRuntime {
+            spec,
+            counters: Default::default(),
+            state: Mutex::new(ForwardState {
+                listener: "starting".into(),
+                reachability: Reachability {
+                    state: "unknown".into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, ForwardState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_listener(&self, state: &str) {
+        self.lock().listener = state.to_string();
+    }
+
+    pub fn error(&self, e: impl std::fmt::Display) {
+        let mut s = self.lock();
+        s.last_error = Some(e.to_string());
+        s.last_error_at = now();
+    }
+
+    pub fn reach(&self, ok: bool, err: Option<String>) {
+        let mut s = self.lock();
+        s.reachability = Reachability {
+            state: if ok { "reachable" } else { "unreachable" }.into(),
+            checked_at: now(),
+            error: err,
+        };
+    }
+
+    pub fn report(&self) -> ForwardStatus {
+        let c = &self.counters;
+        let s = self.lock();
+        ForwardStatus {
+            name: self.spec.name.clone(),
+            protocol: self.spec.protocol.to_string(),
+            port: self.spec.port,
+            target: self.spec.target.to_string(),
+            listener: s.listener.clone(),
+            active_connections: Counters::get(&c.active),
+            total_connections: Counters::get(&c.total),
+            bytes_to_target: Counters::get(&c.bytes_to_target),
+            bytes_to_client: Counters::get(&c.bytes_to_client),
+            connect_errors: Counters::get(&c.connect_errors),
+            errors: Counters::get(&c.errors),
+            splice_fallbacks: Counters::get(&c.splice_fallbacks),
+            refused: Counters::get(&c.refused),
+            udp_sessions: Counters::get(&c.udp_sessions),
+            udp_sessions_total: Counters::get(&c.udp_sessions_total),
+            udp_evictions: Counters::get(&c.udp_evictions),
+            udp_datagrams_to_target: Counters::get(&c.udp_datagrams_to_target),
+            udp_datagrams_to_client: Counters::get(&c.udp_datagrams_to_client),
+            udp_drops: Counters::get(&c.udp_drops),
+            last_error: s.last_error.clone(),
+            last_error_at: (s.last_error_at > 0).then_some(s.last_error_at),
+            reachability: self.reachability(&s),
+        }
+    }
+
+    /// UDP has no connect: a target that answered is reachable.
+    fn reachability(&self, s: &ForwardState) -> Reachability {
+        if self.spec.protocol == edgelink_attachment::Protocol::Udp
+            && s.reachability.state == "unknown"
+            && Counters::get(&self.counters.udp_datagrams_to_client) > 0
+        {
+            return Reachability {
+                state: "reachable".into(),
+                checked_at: now(),
+                error: None,
+            };
+        }
+        s.reachability.clone()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForwardStatus {
+    pub name: String,
+    pub protocol: String,
+    pub port: u16,
+    pub target: String,
+    pub listener: String,
+    pub active_connections: u64,
+    pub total_connections: u64,
+    pub bytes_to_target: u64,
+    pub bytes_to_client: u64,
+    pub connect_errors: u64,
+    pub errors: u64,
+    pub splice_fallbacks: u64,
+    pub refused: u64,
+    pub udp_sessions: u64,
+    pub udp_sessions_total: u64,
+    pub udp_evictions: u64,
+    pub udp_datagrams_to_target: u64,
+    pub udp_datagrams_to_client: u64,
+    pub udp_drops: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_at: Option<u64>,
+    pub reachability: Reachability,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentStatus {
+    pub container_id: String,
+    pub ifname: String,
+    pub network: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    pub netns: String,
+    pub mode: String,
+    pub interface: edgelink_attachment::RecordInterface,
+    /// `serving` or `failed`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub forwards: Vec<ForwardStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MalformedRecord {
+    pub path: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub node: String,
+    pub version: String,
+    pub started_at: u64,
+    pub last_reconcile_at: u64,
+    pub draining: bool,
+    pub attachments: Vec<AttachmentStatus>,
+    pub malformed_records: Vec<MalformedRecord>,
+    /// Attachments cleaned up because their netns was gone.
+    pub reclaimed_total: u64,
+}

@@ -1,0 +1,36 @@
+//! The data path of one forward, and nothing else: TCP relayed with
+//! splice(2) through pooled pipes, UDP relayed with batched syscalls and a
+//! per-client session table, and the counters both keep.
+//!
+//! This crate does not know about network namespaces, attachments or
+//! configuration files. Sockets that must live in a pod's namespace are
+//! handed in ready-made, or made through a [`SocketSource`] the caller
+//! implements (the node daemon creates them inside the right namespace).
+
+pub mod counters;
+pub mod pipe;
+pub mod tcp;
+pub mod udp;
+
+pub use counters::Counters;
+pub use pipe::{Pipe, PipePool, PipeStats};
+pub use tcp::{splice_duplex, TcpRelayConfig, DEFAULT_PIPE_SIZE};
+pub use udp::{serve_udp, UdpConfig};
+
+use futures_util::future::BoxFuture;
+use std::io;
+use std::net::SocketAddr;
+
+/// Where new upstream sockets come from. The node daemon's implementation
+/// creates them inside the pod's network namespace (a socket stays in the
+/// namespace it was created in, whichever thread uses it later).
+pub trait SocketSource: Send + Sync {
+    /// A fresh, unconnected, non-blocking UDP socket of the target's family.
+    fn udp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<std::net::UdpSocket>>;
+    /// A fresh, unconnected, non-blocking TCP socket of the target's family.
+    fn tcp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<socket2::Socket>>;
+}
+
+/// Whether traffic from `peer`, which arrived on interface `ifindex` (when
+/// known), must be refused (it comes from the private side).
+pub type RefuseFn = dyn Fn(SocketAddr, Option<u32>) -> bool + Send + Sync;

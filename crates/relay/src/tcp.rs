@@ -1,0 +1,324 @@
+//! One TCP connection relayed both ways with splice(2): socket → pipe →
+//! socket, so the bytes never enter user space.
+//!
+//! Both directions run in the caller's task (no thread, no extra task per
+//! connection). Each direction waits on tokio's readiness of its sockets and
+//! splices until the kernel says EAGAIN before waiting again.
+//!
+//! Pipe lifecycle, per direction: no pipe while the source has nothing to
+//! read; a pipe from the pool as soon as it has; back to the pool once the
+//! pipe is drained and the source would block. Never more than one pipe's
+//! worth of bytes in flight per direction: while the destination would block,
+//! the source is not read (backpressure goes back to the sender through TCP
+//! flow control).
+//!
+//! Half-close: end of file from one side is passed on, after the pipe is
+//! drained, as shutdown(SHUT_WR) of the other; the other direction carries
+//! on until it ends too. An error on either side (a reset, EPIPE, ...) ends
+//! both: the two sockets are closed with SO_LINGER 0, so each peer sees a
+//! reset rather than a clean end of file.
+//!
+//! Where the kernel refuses splice (EINVAL, ENOSYS), the bytes already in
+//! the pipe are first read out and delivered, then that direction goes on
+//! with a plain read/write copy through a bounded buffer.
+
+use crate::counters::Counters;
+use crate::pipe::{Pipe, PipePool};
+use nix::fcntl::SpliceFFlags;
+use socket2::SockRef;
+use std::io;
+use std::net::Shutdown;
+use std::sync::atomic::AtomicU64;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// The pipe size used when nothing else is configured: 1 MiB pipes moved
+/// ~10–20% more and cost less CPU per byte than the kernel's 64 KiB here.
+pub const DEFAULT_PIPE_SIZE: usize = 1 << 20;
+
+/// Size of the buffer of a direction that fell back to a plain copy.
+pub const COPY_BUFFER_SIZE: usize = 64 * 1024;
+
+/// Splice calls a direction makes in a row before it lets other tasks of
+/// its worker run.
+const YIELD_EVERY: u32 = 32;
+
+/// How a relay moves its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpRelayConfig {
+    /// Bytes in flight per direction at most: the size of the pipes of the
+    /// [`PipePool`] the relay is given (make the pool with this size). A
+    /// direction never puts more than `min(pipe_size, pipe capacity)` in
+    /// its pipe; 0 means the pipe's capacity.
+    pub pipe_size: usize,
+    /// Act as if the kernel refused the first splice out of each pipe, once
+    /// bytes are in it: every direction then takes the plain-copy fallback,
+    /// with bytes to rescue from its pipe. For tests and for measuring the
+    /// copy path; never set in production.
+    pub force_copy: bool,
+}
+
+impl Default for TcpRelayConfig {
+    fn default() -> Self {
+        TcpRelayConfig {
+            pipe_size: DEFAULT_PIPE_SIZE,
+            force_copy: false,
+        }
+    }
+}
+
+/// Relay `client` and `upstream` to each other until both directions have
+/// ended, then close both.
+///
+/// Counts the bytes delivered each way (`bytes_to_target`, client →
+/// upstream; `bytes_to_client`) and the directions that fell back to a
+/// plain copy (`splice_fallbacks`); the connection gauges and error counts
+/// are the caller's. Returns the first error of either direction, after
+/// both sockets were reset.
+///
+/// Sets TCP_NODELAY on both sockets: the relay passes on each burst as it
+/// comes, and marks bulk transfers with SPLICE_F_MORE itself.
+///
+/// Dropping the future closes both sockets (without a reset) and returns
+/// its pipes to the pool.
+pub async fn splice_duplex(
+    client: TcpStream,
+    upstream: TcpStream,
+    pool: &PipePool,
+    counters: &Counters,
+    cfg: &TcpRelayConfig,
+) -> io::Result<()> {
+    // Best effort: a socket that is already reset fails at the first splice.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+
+    let to_target = Direction {
+        src: &client,
+        dst: &upstream,
+        pool,
+        bytes: &counters.bytes_to_target,
+        fallbacks: &counters.splice_fallbacks,
+        cfg,
+    };
+    let to_client = Direction {
+        src: &upstream,
+        dst: &client,
+        pool,
+        bytes: &counters.bytes_to_client,
+        fallbacks: &counters.splice_fallbacks,
+        cfg,
+    };
+    let result = tokio::try_join!(to_target.run(), to_client.run());
+    if result.is_err() {
+        // The failed direction's pipe (and its bytes) is gone already; make
+        // both peers see a reset.
+        reset(&client);
+        reset(&upstream);
+    }
+    result.map(|_| ())
+}
+
+/// Close with RST when the socket is dropped.
+fn reset(stream: &TcpStream) {
+    // An error here means the socket is unusable anyway.
+    let _ = SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
+}
+
+/// One direction of a connection.
+struct Direction<'a> {
+    src: &'a TcpStream,
+    dst: &'a TcpStream,
+    pool: &'a PipePool,
+    bytes: &'a AtomicU64,
+    fallbacks: &'a AtomicU64,
+    cfg: &'a TcpRelayConfig,
+}
+
+/// How the splice phase of a direction ended.
+enum Spliced<'p> {
+    /// End of file passed on: the direction is done.
+    Done,
+    /// Splice refused; go on with a copy. The pipe may hold bytes.
+    Refused { pipe: Option<Pipe<'p>>, eof: bool },
+}
+
+/// What one splice into the pipe did.
+enum Fill {
+    Moved(usize),
+    /// EAGAIN while the pipe holds bytes: either the source is empty or the
+    /// pipe's slots are all used. The source's readiness is kept, since it
+    /// may still have bytes; draining the pipe tells which.
+    Stalled,
+}
+
+const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_NONBLOCK.union(SpliceFFlags::SPLICE_F_MOVE);
+
+fn splice_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS))
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+impl<'a> Direction<'a> {
+    async fn run(self) -> io::Result<()> {
+        match self.splice().await? {
+            Spliced::Done => Ok(()),
+            Spliced::Refused { pipe, eof } => {
+                Counters::inc(self.fallbacks);
+                tracing::debug!("splice refused, copying instead");
+                self.copy(pipe, eof).await
+            }
+        }
+    }
+
+    /// Bytes the direction may put in `pipe` now.
+    fn room(&self, pipe: &Pipe<'_>) -> usize {
+        let limit = match self.cfg.pipe_size {
+            0 => pipe.capacity(),
+            n => n.min(pipe.capacity()),
+        };
+        limit.saturating_sub(pipe.len())
+    }
+
+    async fn splice(&self) -> io::Result<Spliced<'a>> {
+        let mut pipe: Option<Pipe<'a>> = None;
+        let mut eof = false;
+        // The last fill took all the room: the source likely has more.
+        let mut more = false;
+        let mut budget = YIELD_EVERY;
+        loop {
+            // Source → pipe.
+            if !eof {
+                if pipe.is_none() {
+                    // Idle: hold no pipe until there is something to move.
+                    self.src.readable().await?;
+                    pipe = Some(self.pool.acquire()?);
+                }
+                if let Some(p) = pipe.as_mut() {
+                    let want = self.room(p);
+                    if want > 0 {
+                        let had = p.len();
+                        let src = self.src;
+                        let filled = src.try_io(Interest::READABLE, || {
+                            match p.splice_from(src, want, FLAGS) {
+                                Err(e) if would_block(&e) && had > 0 => Ok(Fill::Stalled),
+                                r => r.map(Fill::Moved),
+                            }
+                        });
+                        match filled {
+                            Ok(Fill::Moved(0)) => eof = true,
+                            Ok(Fill::Moved(n)) => more = n == want,
+                            Ok(Fill::Stalled) => more = false,
+                            Err(e) if would_block(&e) => {
+                                more = false;
+                                if p.is_empty() {
+                                    // Drained and the source would block.
+                                    pipe = None;
+                                    continue;
+                                }
+                            }
+                            Err(e) if splice_refused(&e) => {
+                                return Ok(Spliced::Refused { pipe, eof });
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            }
+
+            // Pipe → destination.
+            match pipe.as_mut() {
+                Some(p) if !p.is_empty() => {
+                    if self.cfg.force_copy {
+                        return Ok(Spliced::Refused { pipe, eof });
+                    }
+                    let flags = if more && !eof {
+                        FLAGS | SpliceFFlags::SPLICE_F_MORE
+                    } else {
+                        FLAGS
+                    };
+                    let dst = self.dst;
+                    match dst.try_io(Interest::WRITABLE, || p.splice_into(dst, flags)) {
+                        Ok(n) => Counters::add(self.bytes, n as u64),
+                        Err(e) if would_block(&e) => {
+                            // Backpressure: wait for the destination only;
+                            // the source is not read meanwhile.
+                            self.dst.writable().await?;
+                            budget = YIELD_EVERY;
+                            continue;
+                        }
+                        Err(e) if splice_refused(&e) => {
+                            return Ok(Spliced::Refused { pipe, eof });
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                _ if eof => {
+                    drop(pipe);
+                    SockRef::from(self.dst).shutdown(Shutdown::Write)?;
+                    return Ok(Spliced::Done);
+                }
+                _ => {}
+            }
+
+            budget -= 1;
+            if budget == 0 {
+                budget = YIELD_EVERY;
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    /// The fallback: deliver what is left in the pipe, then copy through a
+    /// buffer of [`COPY_BUFFER_SIZE`] bytes.
+    async fn copy(&self, mut pipe: Option<Pipe<'a>>, mut eof: bool) -> io::Result<()> {
+        let mut buf = vec![0u8; COPY_BUFFER_SIZE].into_boxed_slice();
+        let (mut start, mut end) = (0usize, 0usize);
+        let mut budget = YIELD_EVERY;
+        loop {
+            if start == end {
+                start = 0;
+                end = 0;
+                match pipe.as_mut() {
+                    // The pipe is non-blocking and holds bytes: this read
+                    // cannot block.
+                    Some(p) if !p.is_empty() => end = p.read_into(&mut buf)?,
+                    _ => {
+                        // Empty: back to the pool.
+                        pipe = None;
+                        if eof {
+                            SockRef::from(self.dst).shutdown(Shutdown::Write)?;
+                            return Ok(());
+                        }
+                        match self.src.try_read(&mut buf) {
+                            Ok(0) => eof = true,
+                            Ok(n) => end = n,
+                            Err(e) if would_block(&e) => self.src.readable().await?,
+                            Err(e) => return Err(e),
+                        }
+                        continue;
+                    }
+                }
+            }
+            match self.dst.try_write(&buf[start..end]) {
+                Ok(n) => {
+                    start += n;
+                    Counters::add(self.bytes, n as u64);
+                }
+                Err(e) if would_block(&e) => {
+                    self.dst.writable().await?;
+                    budget = YIELD_EVERY;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            budget -= 1;
+            if budget == 0 {
+                budget = YIELD_EVERY;
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! UDP relayed per client: one connected upstream socket per client
+//! address, in a bounded session table, with batched syscalls both ways.
+//!
+//! One task reads the listener with recvmmsg(2), drops what `refuse` says
+//! (datagrams from the private side), groups the rest by session and sends
+//! each group with one sendmmsg(2) on that session's connected socket. Each
+//! session has a small task that reads its socket with recvmmsg and answers
+//! its client with sendmmsg on the listener, from the address the client
+//! wrote to. Nothing blocks a tokio worker: every syscall is non-blocking,
+//! driven by tokio's readiness; a datagram that finds a full socket buffer
+//! is dropped and counted, as the network would.
+//!
+//! Sessions end after `idle_timeout` without a datagram either way (a
+//! periodic sweep), or when the table is full and a new client arrives (the
+//! least recently used one is evicted), or when the relay shuts down.
+
+mod mmsg;
+mod session;
+
+use crate::counters::Counters;
+use crate::{RefuseFn, SocketSource};
+use mmsg::{RecvBatch, MAX_BATCH};
+use session::{Clock, Table};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::Interest;
+use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
+
+/// Largest datagram relayed; longer ones are dropped and counted.
+pub const MAX_DATAGRAM: usize = mmsg::DATAGRAM_SIZE;
+
+/// Batches the listener reads in a row before the relay looks at its other
+/// work (new sessions, the sweep, shutdown).
+const ROUNDS: usize = 16;
+
+/// Tuning of a UDP forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// A session with no datagram either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// Sessions (clients) at most; a new client beyond that evicts the least
+    /// recently used session.
+    pub max_sessions: usize,
+    /// Datagrams per recvmmsg/sendmmsg (1 to 64).
+    pub batch: usize,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        UdpConfig {
+            idle_timeout: Duration::from_secs(60),
+            max_sessions: 4096,
+            batch: 32,
+        }
+    }
+}
+
+/// Relay the datagrams that reach `listener` (already bound) to `target`,
+/// each client through its own upstream socket made by `source`, and the
+/// replies back to their client, until `shutdown` resolves. Returns once all
+/// sessions are closed.
+///
+/// `refuse(peer, ifindex)` is asked for every datagram, with the interface
+/// it arrived on (IPv4-mapped peers are given as IPv4); refused datagrams
+/// are dropped and counted in `refused`.
+///
+/// Fails if the listener cannot be set up, or fails in a way that will not
+/// pass (EBADF, ENOTSOCK, ...); transient errors are counted as drops.
+pub async fn serve_udp(
+    listener: std::net::UdpSocket,
+    target: SocketAddr,
+    source: Arc<dyn SocketSource>,
+    cfg: UdpConfig,
+    counters: Arc<Counters>,
+    refuse: Arc<RefuseFn>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    enable_pktinfo(&listener, local)?;
+    let listener = Arc::new(tokio::net::UdpSocket::from_std(listener)?);
+    let batch = cfg.batch.clamp(1, MAX_BATCH);
+
+    let (created_tx, mut created_rx) = mpsc::unbounded_channel();
+    let mut table = Table::new(session::Shared {
+        listener: listener.clone(),
+        target,
+        source,
+        counters: counters.clone(),
+        refuse,
+        // Behind a wildcard address, answer from the address each client
+        // wrote to (a multi-homed pod, a secondary address); otherwise the
+        // kernel does that already.
+        answer_from_dst: local.ip().is_unspecified(),
+        batch,
+        max_sessions: cfg.max_sessions.max(1),
+        clock: Clock::new(),
+        created: created_tx,
+    });
+    let mut rx = RecvBatch::new(batch);
+    let mut sweep = tokio::time::interval(sweep_period(cfg.idle_timeout));
+    sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let idle_ms = u64::try_from(cfg.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+    let mut shutdown = std::pin::pin!(shutdown);
+
+    let result = loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break Ok(()),
+            Some(created) = created_rx.recv() => table.created(created),
+            _ = sweep.tick() => table.sweep(idle_ms),
+            ready = listener.readable() => {
+                if let Err(e) = ready.and_then(|()| from_clients(&listener, &mut rx, &mut table)) {
+                    break Err(e);
+                }
+            }
+        }
+    };
+    table.close().await;
+    result
+}
+
+/// Read the listener until it would block (or for [`ROUNDS`] batches) and
+/// pass the datagrams on.
+fn from_clients(
+    listener: &tokio::net::UdpSocket,
+    rx: &mut RecvBatch,
+    table: &mut Table,
+) -> io::Result<()> {
+    let batch = table.batch();
+    for _ in 0..ROUNDS {
+        let got = listener.try_io(Interest::READABLE, || {
+            mmsg::recv_batch(listener.as_fd(), rx, batch)
+        });
+        match got {
+            Ok(n) => table.dispatch(rx, n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if fatal(&e) => {
+                tracing::warn!(error = %e, "UDP listener failed");
+                return Err(e);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "UDP listener receive error");
+                table.count_drop(1);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Errors of a listener that will not go away by trying again.
+fn fatal(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL | libc::EFAULT | libc::EOPNOTSUPP)
+    )
+}
+
+fn enable_pktinfo(listener: &std::net::UdpSocket, local: SocketAddr) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    match local {
+        SocketAddr::V4(_) => setsockopt(listener, sockopt::Ipv4PacketInfo, &true)?,
+        SocketAddr::V6(_) => setsockopt(listener, sockopt::Ipv6RecvPacketInfo, &true)?,
+    }
+    Ok(())
+}
+
+/// How often idle sessions are looked for: an eighth of the timeout, between
+/// 5 ms and 1 s. A session lives at most that much longer than the timeout.
+fn sweep_period(idle_timeout: Duration) -> Duration {
+    (idle_timeout / 8).clamp(Duration::from_millis(5), Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_period_is_bounded() {
+        assert_eq!(sweep_period(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(sweep_period(Duration::from_millis(200)), Duration::from_millis(25));
+        assert_eq!(sweep_period(Duration::ZERO), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn defaults() {
+        let d = UdpConfig::default();
+        assert_eq!(d.idle_timeout, Duration::from_secs(60));
+        assert_eq!((d.max_sessions, d.batch), (4096, 32));
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests of the relay, one module per area. Everything runs on
+//! loopback, bounded in time.
+
+mod harness;
+mod pipe;
+mod tcp;
+mod udp;
