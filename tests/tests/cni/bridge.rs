@@ -9,6 +9,7 @@ K8S_POD_INFRA_CONTAINER_ID=c0ffee;K8S_POD_UID=9a1c-77;IgnoreUnknown=1";
 #[test]
 fn add_check_del_ipv4_with_multus_args() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let pod = lab.pod();
     let conf = lab.bridge_conf("1.0.0");
     let add = Call::new("ADD", "cid-a", Some(&pod.path()), "net1")

@@ -88,6 +88,7 @@ fn del(lab: &Lab, conf: &Value, cid: &str, pod: &Netns) {
 fn killed_add_then_del_then_gc_leaves_nothing() {
     for point in ["link", "ipam"] {
         let lab = Lab::new();
+        let _d = lab.daemon();
         let conf = lab.bridge_conf("1.1.0");
         let l = live(&lab, &conf);
         let pod = lab.pod();
@@ -116,6 +117,7 @@ fn killed_add_then_del_then_gc_leaves_nothing() {
 fn killed_add_then_gc_then_del_leaves_nothing() {
     for point in ["link", "ipam"] {
         let lab = Lab::new();
+        let _d = lab.daemon();
         let conf = lab.bridge_conf("1.1.0");
         let l = live(&lab, &conf);
         let pod = lab.pod();
@@ -176,6 +178,7 @@ fn killed_add_then_del_without_netns_releases_the_address() {
 fn retried_add_after_a_killed_add_succeeds() {
     for point in ["link", "ipam"] {
         let lab = Lab::new();
+        let _d = lab.daemon();
         let conf = lab.bridge_conf("1.0.0");
         let pod = lab.pod();
         crash_add(&lab, &conf, "retry", &pod, point);

@@ -461,6 +461,7 @@ fn failure_after_the_bridge_was_created_removes_it() {
 #[test]
 fn exhausted_pool_keeps_earlier_attachments() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let pods: Vec<Netns> = (0..3).map(|_| lab.pod()).collect();
     let refs: Vec<&Netns> = pods.iter().collect();
     let mut conf = lab.bridge_conf("1.0.0");
@@ -519,6 +520,7 @@ fn exhausted_pool_keeps_earlier_attachments() {
 #[test]
 fn requested_ip_already_taken_is_103() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let p1 = lab.pod();
     let p2 = lab.pod();
     let pods = [&p1, &p2];
@@ -670,6 +672,7 @@ fn a_second_add_for_a_live_attachment_is_101_and_changes_nothing() {
     // (not a retry after a crash): the live attachment stays as it is.
     for macvlan in [false, true] {
         let lab = Lab::new();
+        let _d = lab.daemon();
         let pod = lab.pod();
         let pods = [&pod];
         let p = pod.path();

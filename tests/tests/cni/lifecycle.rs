@@ -73,6 +73,7 @@ fn gc(lab: &Lab, conf: &Value) -> CniOutput {
 #[test]
 fn gc_releases_what_is_not_listed_and_keeps_what_is() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let conf = lab.bridge_conf("1.1.0");
     let a = add(&lab, &conf, "gc-a");
     let b = add(&lab, &conf, "gc-b");
@@ -235,6 +236,7 @@ fn host_local_conf(lab: &Lab) -> Value {
 #[test]
 fn delegated_host_local_add_check_del() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let conf = host_local_conf(&lab);
     let a = add(&lab, &conf, "hl-a");
     assert_eq!(a.result["ips"][0]["address"], "172.31.250.160/24");
@@ -388,6 +390,7 @@ fn del_with_a_stripped_config_releases_the_delegated_address() {
 #[test]
 fn delegated_static_add_check_del() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let mut conf = lab.bridge_conf("1.0.0");
     conf["ipam"] = json!({
         "type": "static",

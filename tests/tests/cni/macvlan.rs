@@ -36,6 +36,7 @@ fn check_result(r: &Value, pod: &Netns) {
 #[test]
 fn add_check_del_dual_stack() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let pod = lab.pod();
     let mut conf = lab.macvlan_conf("1.1.0");
     dual_stack(&mut conf);
@@ -127,6 +128,7 @@ fn add_check_del_dual_stack() {
 #[test]
 fn every_macvlan_mode() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     for mode in ["bridge", "private", "vepa"] {
         let mut conf = lab.macvlan_conf("1.0.0");
         conf["macvlanMode"] = json!(mode);
@@ -169,6 +171,7 @@ fn every_macvlan_mode() {
 #[test]
 fn passthru_allows_one_child() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let mut conf = lab.macvlan_conf("1.0.0");
     conf["macvlanMode"] = json!("passthru");
     let p1 = lab.pod();
@@ -221,6 +224,7 @@ fn passthru_allows_one_child() {
 #[test]
 fn requested_mac_from_cni_args_and_runtime_config() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     let conf = lab.macvlan_conf("1.0.0");
 
     // CNI_ARGS MAC= (Multus and podman pass it there).
@@ -278,6 +282,7 @@ fn requested_mac_from_cni_args_and_runtime_config() {
 #[test]
 fn mtu_is_honoured() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     lab.node.ip(&["link", "set", "uplink0", "mtu", "9000"]);
     lab.device.ip(&["link", "set", "dev0", "mtu", "9000"]);
 

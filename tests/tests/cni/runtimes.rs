@@ -113,6 +113,7 @@ fn second_uplink(lab: &Lab) {
 #[test]
 fn multus_three_nads_on_one_pod() {
     let lab = Lab::new();
+    let _d = lab.daemon();
     second_uplink(&lab);
     let sd = lab.state_dir();
     let hl_dir = lab.state.path().join("host-local");
@@ -409,6 +410,7 @@ fn podman_version_probe() {
 fn prev_result_of_a_conflist_chain_is_kept_and_rebased() {
     for i in 0..2 {
         let lab = Lab::new();
+        let _d = lab.daemon();
         let conf = if i == 0 {
             lab.bridge_conf("1.0.0")
         } else {

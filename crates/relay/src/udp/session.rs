@@ -24,9 +24,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Datagrams (and bytes) a session keeps while its socket is being made;
-/// more are dropped.
-const PENDING_DATAGRAMS: usize = 16;
-const PENDING_BYTES: usize = 32 * 1024;
+/// more are dropped. The whole table keeps at most `PENDING_BYTES_TOTAL`
+/// that way, so a flood of new clients cannot make it grow.
+const PENDING_DATAGRAMS: usize = 64;
+const PENDING_BYTES: usize = 64 * 1024;
+const PENDING_BYTES_TOTAL: usize = 4 << 20;
 
 /// Batches a reply task moves before it lets other tasks run.
 const REPLY_ROUNDS: usize = 16;
@@ -102,6 +104,8 @@ pub(super) struct Table {
     free: Vec<usize>,
     by_peer: HashMap<SocketAddr, usize>,
     next_generation: u64,
+    /// Bytes queued in all pending sessions.
+    pending_bytes: usize,
 }
 
 impl Table {
@@ -112,6 +116,7 @@ impl Table {
             free: Vec::new(),
             by_peer: HashMap::new(),
             next_generation: 0,
+            pending_bytes: 0,
         }
     }
 
@@ -190,9 +195,13 @@ impl Table {
                     for i in datagrams {
                         stale -= 1;
                         let d = rx.datagram(i);
-                        if lens.len() < PENDING_DATAGRAMS && queue.len() + d.len() <= PENDING_BYTES {
+                        if lens.len() < PENDING_DATAGRAMS
+                            && queue.len() + d.len() <= PENDING_BYTES
+                            && self.pending_bytes + d.len() <= PENDING_BYTES_TOTAL
+                        {
                             queue.extend_from_slice(d);
                             lens.push(d.len());
+                            self.pending_bytes += d.len();
                         } else {
                             Counters::inc(&counters.udp_drops);
                         }
@@ -262,6 +271,9 @@ impl Table {
         let session = self.slots.get_mut(slot)?.take()?;
         self.by_peer.remove(&session.peer);
         self.free.push(slot);
+        if let State::Pending { queue, .. } = &session.state {
+            self.pending_bytes -= queue.len();
+        }
         Counters::dec(&self.shared.counters.udp_sessions);
         Some(session)
     }
@@ -309,6 +321,7 @@ impl Table {
         else {
             return;
         };
+        self.pending_bytes -= queue.len();
         let mut offset = 0;
         for chunk in lens.chunks(MAX_BATCH) {
             let mut slices = [IoSlice::new(&[]); MAX_BATCH];

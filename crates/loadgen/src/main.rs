@@ -1,0 +1,233 @@
+//! `elk-loadgen`: the benchmarks' client. Every mode is bounded in time and
+//! prints one JSON object on stdout.
+//!
+//! - `conn-rate ADDR`: C threads each loop connect, send SIZE bytes, read
+//!   SIZE bytes back, close — connections per second.
+//! - `rr ADDR`: request/reply on persistent connections — latency p50/p99.
+//! - `udp ADDR`: RATE datagrams/s of SIZE bytes from C sockets, counting the
+//!   echoes that come back — delivered packets/s and loss.
+#![forbid(unsafe_code)]
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "elk-loadgen", about = "Bounded load client for edgelink's benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    /// Short connections per second.
+    ConnRate {
+        addr: SocketAddr,
+        #[arg(long, default_value = "16")]
+        concurrency: usize,
+        #[arg(long, default_value = "5")]
+        seconds: f64,
+        #[arg(long, default_value = "64")]
+        size: usize,
+    },
+    /// Request/reply latency on persistent connections.
+    Rr {
+        addr: SocketAddr,
+        #[arg(long, default_value = "1")]
+        concurrency: usize,
+        #[arg(long, default_value = "5")]
+        seconds: f64,
+        #[arg(long, default_value = "64")]
+        size: usize,
+    },
+    /// A TCP echo server (thread per connection) until killed: a peer fast
+    /// enough not to be the bottleneck of a connection-rate test.
+    EchoServer { addr: SocketAddr },
+    /// UDP echo load at a fixed offered rate.
+    Udp {
+        addr: SocketAddr,
+        #[arg(long, default_value = "1")]
+        concurrency: usize,
+        #[arg(long, default_value = "5")]
+        seconds: f64,
+        #[arg(long, default_value = "1400")]
+        size: usize,
+        /// Datagrams per second offered, over all sockets (0: as fast as possible).
+        #[arg(long, default_value = "50000")]
+        rate: u64,
+    },
+}
+
+fn exchange(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    s.write_all(buf)?;
+    let mut got = 0;
+    while got < buf.len() {
+        let n = s.read(&mut buf[got..])?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+    }
+    Ok(())
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
+}
+
+fn conn_rate(addr: SocketAddr, c: usize, secs: f64, size: usize) -> serde_json::Value {
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..c)
+        .map(|_| {
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![b'x'; size];
+                while !stop.load(Ordering::Relaxed) {
+                    let r = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(|mut s| {
+                        s.set_nodelay(true)?;
+                        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                        exchange(&mut s, &mut buf)
+                    });
+                    match r {
+                        Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    let el = start.elapsed().as_secs_f64();
+    json!({"mode": "conn-rate", "connections": ok.load(Ordering::Relaxed), "failed": failed.load(Ordering::Relaxed),
+           "seconds": el, "per_second": ok.load(Ordering::Relaxed) as f64 / el})
+}
+
+fn rr(addr: SocketAddr, c: usize, secs: f64, size: usize) -> anyhow::Result<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let threads: Vec<_> = (0..c)
+        .map(|_| {
+            std::thread::spawn(move || -> std::io::Result<Vec<f64>> {
+                let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+                s.set_nodelay(true)?;
+                s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                let mut buf = vec![b'r'; size];
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    exchange(&mut s, &mut buf)?;
+                    lat.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().map_err(|_| anyhow::anyhow!("client thread panicked"))??);
+    }
+    let n = all.len();
+    Ok(json!({"mode": "rr", "requests": n, "p50_us": pct(&mut all, 50.0), "p99_us": pct(&mut all, 99.0)}))
+}
+
+fn udp(addr: SocketAddr, c: usize, secs: f64, size: usize, rate: u64) -> anyhow::Result<serde_json::Value> {
+    let sent = Arc::new(AtomicU64::new(0));
+    let got = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let per_thread = if rate == 0 { 0 } else { (rate / c as u64).max(1) };
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..c {
+        let bind = if addr.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" };
+        let s = UdpSocket::bind(bind).context("bind")?;
+        s.connect(addr)?;
+        let r = s.try_clone()?;
+        r.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let (got2, stop2) = (got.clone(), stop.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !stop2.load(Ordering::Relaxed) {
+                if r.recv(&mut buf).is_ok() {
+                    got2.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+        let (sent2, stop3) = (sent.clone(), stop.clone());
+        handles.push(std::thread::spawn(move || {
+            let buf = vec![b'u'; size];
+            let t0 = Instant::now();
+            let mut n: u64 = 0;
+            while !stop3.load(Ordering::Relaxed) {
+                if per_thread > 0 {
+                    let due = (t0.elapsed().as_secs_f64() * per_thread as f64) as u64;
+                    if n >= due {
+                        std::thread::sleep(Duration::from_micros(50));
+                        continue;
+                    }
+                }
+                if s.send(&buf).is_ok() {
+                    n += 1;
+                }
+            }
+            sent2.fetch_add(n, Ordering::Relaxed);
+        }));
+    }
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    let el = start.elapsed().as_secs_f64();
+    let (s, g) = (sent.load(Ordering::Relaxed), got.load(Ordering::Relaxed));
+    Ok(json!({"mode": "udp", "sent": s, "received": g, "seconds": el,
+              "delivered_per_second": g as f64 / el, "loss": if s > 0 { 1.0 - g as f64 / s as f64 } else { 0.0 }}))
+}
+
+fn echo_server(addr: SocketAddr) -> anyhow::Result<()> {
+    let l = std::net::TcpListener::bind(addr).with_context(|| format!("bind {addr}"))?;
+    for s in l.incoming() {
+        let Ok(mut s) = s else { continue };
+        std::thread::spawn(move || {
+            let _ = s.set_nodelay(true);
+            let mut buf = [0u8; 65536];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let out = match Cli::parse().mode {
+        Mode::EchoServer { addr } => return echo_server(addr),
+        Mode::ConnRate { addr, concurrency, seconds, size } => conn_rate(addr, concurrency, seconds.min(600.0), size),
+        Mode::Rr { addr, concurrency, seconds, size } => rr(addr, concurrency, seconds.min(600.0), size)?,
+        Mode::Udp { addr, concurrency, seconds, size, rate } => udp(addr, concurrency, seconds.min(600.0), size, rate)?,
+    };
+    println!("{out}");
+    Ok(())
+}
