@@ -83,7 +83,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "4096", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub udp_max_sessions: u32,
     /// Ready upstream TCP sockets kept per pod namespace (0: make each on demand).
-    #[arg(long, default_value = "16", value_parser = clap::value_parser!(u32).range(0..=4096))]
+    #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=4096))]
     pub socket_pool: u32,
     /// How often to probe TCP targets that saw no connection (seconds, 0: never).
     #[arg(long, default_value = "30", value_parser = secs)]
