@@ -812,3 +812,250 @@ impl Lab {
         Daemon::start(&self.node, self.state.path(), &["--reconcile-interval", "1", "--probe-interval", "0"])
     }
 }
+
+// ---------------------------------------------------------------------------
+// Helpers for the daemon scenarios: code and sockets inside a namespace
+// without a subprocess, an HTTP client, and a daemon whose log goes to a
+// file (a piped stderr that nobody reads would stall a chatty daemon).
+
+/// Run `f` on a short-lived thread inside `ns` (sockets it creates stay in
+/// `ns` whichever thread uses them afterwards). The calling thread never
+/// changes namespace.
+pub fn in_netns<T: Send>(ns: &Netns, f: impl FnOnce() -> T + Send) -> T {
+    edgelink_netns::Netns::open(ns.path())
+        .unwrap_or_else(|e| panic!("open {}: {e}", ns.name))
+        .run_on_thread(f)
+        .unwrap_or_else(|e| panic!("run inside {}: {e}", ns.name))
+}
+
+/// TCP connect from inside `ns` (bounded by `timeout`).
+pub fn connect_in(
+    ns: &Netns,
+    addr: std::net::SocketAddr,
+    timeout: std::time::Duration,
+) -> std::io::Result<std::net::TcpStream> {
+    in_netns(ns, || std::net::TcpStream::connect_timeout(&addr, timeout))
+}
+
+/// A tokio runtime whose every thread (workers and blocking pool) lives in
+/// one network namespace: sockets made by its tasks belong there. Futures
+/// only ever run on those threads ([`NsRuntime::run`] spawns, then waits),
+/// never on the caller's.
+pub struct NsRuntime {
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl NsRuntime {
+    pub fn new(ns: &Netns, workers: usize) -> NsRuntime {
+        let handle = std::sync::Arc::new(
+            edgelink_netns::Netns::open(ns.path())
+                .unwrap_or_else(|e| panic!("open {}: {e}", ns.name)),
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .max_blocking_threads(4)
+            .enable_all()
+            .thread_name(format!("rt-{}", ns.name))
+            .on_thread_start(move || {
+                if let Err(e) = nix::sched::setns(&*handle, nix::sched::CloneFlags::CLONE_NEWNET) {
+                    // Running on in the test's own namespace could send
+                    // traffic where it must not go.
+                    eprintln!("fatal: cannot enter the test namespace: {e}");
+                    std::process::abort();
+                }
+            })
+            .build()
+            .expect("tokio runtime");
+        NsRuntime { rt: Some(rt) }
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("runtime")
+    }
+
+    /// Run `f` on the namespace's threads and wait for its output.
+    pub fn run<F>(&self, f: F) -> F::Output
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let rt = self.rt();
+        rt.block_on(rt.spawn(f)).expect("task panicked")
+    }
+
+    /// Start `f` on the namespace's threads.
+    pub fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.rt().spawn(f)
+    }
+
+    /// Wait for a task started with [`NsRuntime::spawn`] (from sync code).
+    pub fn join<T>(&self, h: tokio::task::JoinHandle<T>) -> T {
+        self.rt().block_on(h).expect("task panicked")
+    }
+}
+
+impl Drop for NsRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(std::time::Duration::from_secs(2));
+        }
+    }
+}
+
+/// Raise RLIMIT_NOFILE's soft limit to the hard limit (children inherit it);
+/// returns the new soft limit.
+pub fn raise_nofile() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("setrlimit");
+    hard
+}
+
+/// An HTTP/1.1 request from inside `ns` (Connection: close): (status code,
+/// headers, body). Panics on a transport error.
+pub fn http_in(ns: &Netns, addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, String, String) {
+    use std::io::Read;
+    let sa: std::net::SocketAddr = addr.parse().expect("address");
+    let mut s = connect_in(ns, sa, std::time::Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connect {addr} in {}: {e}", ns.name));
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status line in {head:?}"));
+    (code, head.to_string(), body.to_string())
+}
+
+/// A running `edgelinkd run` inside a namespace, its stderr in a log file;
+/// SIGKILLed and reaped on drop.
+pub struct Edgelinkd {
+    pub child: std::process::Child,
+    pub log: PathBuf,
+    pub node: String,
+    pub state_dir: PathBuf,
+    /// Its HTTP endpoint inside `node`.
+    pub status_addr: String,
+}
+
+impl Edgelinkd {
+    /// Start it in `node` (status on 127.0.0.1:9310 there) with `extra`
+    /// flags; returns once the control socket exists (bounded).
+    pub fn start(node: &Netns, state_dir: &std::path::Path, log: PathBuf, extra: &[&str]) -> Edgelinkd {
+        let status_addr = "127.0.0.1:9310".to_string();
+        let sock = state_dir.join("edgelinkd.sock");
+        let _ = std::fs::remove_file(&sock);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("daemon log file");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &node.name])
+            .arg(daemon_bin())
+            .args(["run", "--state-dir"])
+            .arg(state_dir)
+            .args(["--status-addr", &status_addr, "--log-level", "debug"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("spawn edgelinkd");
+        let mut d = Edgelinkd {
+            child,
+            log,
+            node: node.name.clone(),
+            state_dir: state_dir.to_path_buf(),
+            status_addr,
+        };
+        let up = wait_until(std::time::Duration::from_secs(10), || {
+            sock.exists() || !d.running()
+        });
+        assert!(up && d.running(), "edgelinkd did not come up: {}", d.log_text());
+        d
+    }
+
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(self.pid(), sig);
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        if self.running() {
+            self.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+
+    /// Wait (bounded) for the process to end.
+    pub fn wait_exit(&mut self, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let mut st = None;
+        wait_until(timeout, || {
+            st = self.child.try_wait().ok().flatten();
+            st.is_some()
+        });
+        st
+    }
+}
+
+impl Drop for Edgelinkd {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A child process killed and reaped on drop.
+pub struct ChildGuard(pub std::process::Child);
+
+impl ChildGuard {
+    /// Wait (bounded) for it to end and collect its output; kills it when
+    /// the time is up (then `None`).
+    pub fn wait_output(mut self, timeout: std::time::Duration) -> Option<Output> {
+        let done = wait_until(timeout, || matches!(self.0.try_wait(), Ok(Some(_))));
+        if !done {
+            return None;
+        }
+        let child = std::mem::replace(
+            &mut self.0,
+            Command::new("true").spawn().expect("spawn true"),
+        );
+        child.wait_with_output().ok()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
