@@ -6,6 +6,14 @@
 //! configuration files. Sockets that must live in a pod's namespace are
 //! handed in ready-made, or made through a [`SocketSource`] the caller
 //! implements (the node daemon creates them inside the right namespace).
+//!
+//! Unsafe code is confined to the batched UDP syscalls (`udp::mmsg`); the
+//! rest goes through nix's safe wrappers (splice, pipe2, fcntl).
+//!
+//! splice(2) into a socket whose peer is gone raises SIGPIPE: the process
+//! must ignore it, as every Rust binary does unless told otherwise.
+
+#![deny(unsafe_code)]
 
 pub mod counters;
 pub mod pipe;
@@ -26,7 +34,8 @@ use std::net::SocketAddr;
 /// namespace it was created in, whichever thread uses it later).
 pub trait SocketSource: Send + Sync {
     /// A fresh, unconnected, non-blocking UDP socket of the target's family.
-    fn udp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<std::net::UdpSocket>>;
+    fn udp_socket(&self, target: SocketAddr)
+        -> BoxFuture<'static, io::Result<std::net::UdpSocket>>;
     /// A fresh, unconnected, non-blocking TCP socket of the target's family.
     fn tcp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<socket2::Socket>>;
 }

@@ -14,7 +14,7 @@
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -210,20 +210,14 @@ impl Pipe<'_> {
         self.fds().undersized
     }
 
-    /// The read end, for reading only: bytes taken out through it behind
-    /// the pipe's back would make [`Pipe::len`] wrong.
-    pub fn read_fd(&self) -> BorrowedFd<'_> {
-        self.fds().read.as_fd()
-    }
-
-    /// The write end, for polling only (see [`Pipe::read_fd`]).
-    pub fn write_fd(&self) -> BorrowedFd<'_> {
-        self.fds().write.as_fd()
-    }
-
     /// splice(2) up to `max` bytes from `src` into the pipe. `Ok(0)` means
     /// end of file when `max > 0`.
-    pub fn splice_from(&mut self, src: impl AsFd, max: usize, flags: SpliceFFlags) -> io::Result<usize> {
+    pub fn splice_from(
+        &mut self,
+        src: impl AsFd,
+        max: usize,
+        flags: SpliceFFlags,
+    ) -> io::Result<usize> {
         let n = splice(src, None, &self.fds().write, None, max, flags)?;
         self.len += n;
         Ok(n)

@@ -151,6 +151,20 @@ enum Fill {
     Stalled,
 }
 
+/// Why filling the pipe stopped.
+enum Filled {
+    /// The source sent end of file.
+    Eof,
+    /// The pipe holds all it may: the source likely has more.
+    Full,
+    /// See [`Fill::Stalled`].
+    Stalled,
+    /// The source gave less than the room left: it is likely empty.
+    Partial,
+    /// The source has nothing now (its readiness is cleared).
+    WouldBlock,
+}
+
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_NONBLOCK.union(SpliceFFlags::SPLICE_F_MOVE);
 
 fn splice_refused(e: &io::Error) -> bool {
@@ -182,6 +196,35 @@ impl<'a> Direction<'a> {
         limit.saturating_sub(pipe.len())
     }
 
+    /// Splice from the source into `pipe` until the pipe is full or the
+    /// source has given what it had.
+    fn fill(&self, pipe: &mut Pipe<'_>) -> io::Result<Filled> {
+        let src = self.src;
+        loop {
+            let want = self.room(pipe);
+            if want == 0 {
+                return Ok(Filled::Full);
+            }
+            let had = pipe.len();
+            let filled = src.try_io(Interest::READABLE, || {
+                match pipe.splice_from(src, want, FLAGS) {
+                    Err(e) if would_block(&e) && had > 0 => Ok(Fill::Stalled),
+                    r => r.map(Fill::Moved),
+                }
+            });
+            match filled {
+                Ok(Fill::Moved(0)) => return Ok(Filled::Eof),
+                // Less than asked: the source is (nearly) empty. Splicing
+                // again would most likely cost an EAGAIN before the drain.
+                Ok(Fill::Moved(n)) if n < want => return Ok(Filled::Partial),
+                Ok(Fill::Moved(_)) => {}
+                Ok(Fill::Stalled) => return Ok(Filled::Stalled),
+                Err(e) if would_block(&e) => return Ok(Filled::WouldBlock),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     async fn splice(&self) -> io::Result<Spliced<'a>> {
         let mut pipe: Option<Pipe<'a>> = None;
         let mut eof = false;
@@ -197,33 +240,22 @@ impl<'a> Direction<'a> {
                     pipe = Some(self.pool.acquire()?);
                 }
                 if let Some(p) = pipe.as_mut() {
-                    let want = self.room(p);
-                    if want > 0 {
-                        let had = p.len();
-                        let src = self.src;
-                        let filled = src.try_io(Interest::READABLE, || {
-                            match p.splice_from(src, want, FLAGS) {
-                                Err(e) if would_block(&e) && had > 0 => Ok(Fill::Stalled),
-                                r => r.map(Fill::Moved),
+                    match self.fill(p) {
+                        Ok(Filled::Eof) => eof = true,
+                        Ok(Filled::Full) => more = true,
+                        Ok(Filled::Stalled | Filled::Partial) => more = false,
+                        Ok(Filled::WouldBlock) => {
+                            more = false;
+                            if p.is_empty() {
+                                // Drained and the source would block.
+                                pipe = None;
+                                continue;
                             }
-                        });
-                        match filled {
-                            Ok(Fill::Moved(0)) => eof = true,
-                            Ok(Fill::Moved(n)) => more = n == want,
-                            Ok(Fill::Stalled) => more = false,
-                            Err(e) if would_block(&e) => {
-                                more = false;
-                                if p.is_empty() {
-                                    // Drained and the source would block.
-                                    pipe = None;
-                                    continue;
-                                }
-                            }
-                            Err(e) if splice_refused(&e) => {
-                                return Ok(Spliced::Refused { pipe, eof });
-                            }
-                            Err(e) => return Err(e),
                         }
+                        Err(e) if splice_refused(&e) => {
+                            return Ok(Spliced::Refused { pipe, eof });
+                        }
+                        Err(e) => return Err(e),
                     }
                 }
             }

@@ -14,6 +14,7 @@
 //! periodic sweep), or when the table is full and a new client arrives (the
 //! least recently used one is evicted), or when the relay shuts down.
 
+#[allow(unsafe_code)]
 mod mmsg;
 mod session;
 
@@ -37,6 +38,10 @@ pub const MAX_DATAGRAM: usize = mmsg::DATAGRAM_SIZE;
 /// Batches the listener reads in a row before the relay looks at its other
 /// work (new sessions, the sweep, shutdown).
 const ROUNDS: usize = 16;
+
+/// Longest the listener is left unread while a new client's datagrams wait
+/// for its upstream socket. Past that, what its queue cannot take is dropped.
+const MAX_HOLD: Duration = Duration::from_millis(20);
 
 /// Tuning of a UDP forward.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +73,12 @@ impl Default for UdpConfig {
 /// `refuse(peer, ifindex)` is asked for every datagram, with the interface
 /// it arrived on (IPv4-mapped peers are given as IPv4); refused datagrams
 /// are dropped and counted in `refused`.
+///
+/// Counts sessions (`udp_sessions`, `udp_sessions_total`,
+/// `udp_evictions`), datagrams each way and drops (`udp_drops`: truncated,
+/// full socket buffers, send errors, a new client's queue overflowing while
+/// its socket is being made) and upstream sockets that could not be made or
+/// connected (`connect_errors`).
 ///
 /// Fails if the listener cannot be set up, or fails in a way that will not
 /// pass (EBADF, ENOTSOCK, ...); transient errors are counted as drops.
@@ -107,15 +118,31 @@ pub async fn serve_udp(
     sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let idle_ms = u64::try_from(cfg.idle_timeout.as_millis()).unwrap_or(u64::MAX);
     let mut shutdown = std::pin::pin!(shutdown);
+    // While a new client's queue is full, the listener is left unread (for
+    // MAX_HOLD at most) until the client's socket is there.
+    let mut holding = false;
+    let mut hold_timer = std::pin::pin!(tokio::time::sleep(MAX_HOLD));
 
     let result = loop {
+        let crowded = table.crowded();
+        if crowded && !holding {
+            holding = true;
+            hold_timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + MAX_HOLD);
+        } else if !crowded {
+            holding = false;
+        }
+        let hold = holding && !hold_timer.is_elapsed();
         tokio::select! {
             biased;
             () = &mut shutdown => break Ok(()),
             Some(created) = created_rx.recv() => table.created(created),
             _ = sweep.tick() => table.sweep(idle_ms),
-            ready = listener.readable() => {
-                if let Err(e) = ready.and_then(|()| from_clients(&listener, &mut rx, &mut table)) {
+            () = &mut hold_timer, if hold => {}
+            ready = listener.readable(), if !hold => {
+                let read = ready.and_then(|()| from_clients(&listener, &mut rx, &mut table, !holding));
+                if let Err(e) = read {
                     break Err(e);
                 }
             }
@@ -125,12 +152,14 @@ pub async fn serve_udp(
     result
 }
 
-/// Read the listener until it would block (or for [`ROUNDS`] batches) and
-/// pass the datagrams on.
+/// Read the listener until it would block (or for [`ROUNDS`] batches, or,
+/// with `stop_when_crowded`, until a new client's queue is full) and pass
+/// the datagrams on.
 fn from_clients(
     listener: &tokio::net::UdpSocket,
     rx: &mut RecvBatch,
     table: &mut Table,
+    stop_when_crowded: bool,
 ) -> io::Result<()> {
     let batch = table.batch();
     for _ in 0..ROUNDS {
@@ -138,7 +167,12 @@ fn from_clients(
             mmsg::recv_batch(listener.as_fd(), rx, batch)
         });
         match got {
-            Ok(n) => table.dispatch(rx, n),
+            Ok(n) => {
+                table.dispatch(rx, n);
+                if stop_when_crowded && table.crowded() {
+                    return Ok(());
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if fatal(&e) => {
                 tracing::warn!(error = %e, "UDP listener failed");
@@ -182,8 +216,14 @@ mod tests {
 
     #[test]
     fn sweep_period_is_bounded() {
-        assert_eq!(sweep_period(Duration::from_secs(60)), Duration::from_secs(1));
-        assert_eq!(sweep_period(Duration::from_millis(200)), Duration::from_millis(25));
+        assert_eq!(
+            sweep_period(Duration::from_secs(60)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            sweep_period(Duration::from_millis(200)),
+            Duration::from_millis(25)
+        );
         assert_eq!(sweep_period(Duration::ZERO), Duration::from_millis(5));
     }
 

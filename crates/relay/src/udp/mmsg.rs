@@ -88,7 +88,11 @@ impl RecvBatch {
 
 /// Receive up to `max` datagrams (at most the batch's capacity) without
 /// blocking. Fails with `WouldBlock` when there is none.
-pub(crate) fn recv_batch(fd: BorrowedFd<'_>, batch: &mut RecvBatch, max: usize) -> io::Result<usize> {
+pub(crate) fn recv_batch(
+    fd: BorrowedFd<'_>,
+    batch: &mut RecvBatch,
+    max: usize,
+) -> io::Result<usize> {
     let n = max.clamp(1, batch.capacity());
     let mut iovs = [libc::iovec {
         iov_base: ptr::null_mut(),
@@ -183,7 +187,14 @@ pub(crate) fn send_batch(
     // SAFETY: the first `n` headers point to `n` live IoSlices (read only
     // by sendmmsg, whatever the pointer's mutability), to `to` and to `cmsg`
     // with its encoded length; all outlive the call.
-    let sent = unsafe { libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr(), n as _, libc::MSG_DONTWAIT as _) };
+    let sent = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as _,
+            libc::MSG_DONTWAIT as _,
+        )
+    };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -206,7 +217,12 @@ fn encode_pktinfo(buf: &mut CmsgBuf, local: Local) -> usize {
         ),
     };
     // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
-    let (space, cmsg_len) = unsafe { (libc::CMSG_SPACE(len as u32) as usize, libc::CMSG_LEN(len as u32) as usize) };
+    let (space, cmsg_len) = unsafe {
+        (
+            libc::CMSG_SPACE(len as u32) as usize,
+            libc::CMSG_LEN(len as u32) as usize,
+        )
+    };
     debug_assert!(space <= CMSG_SIZE);
     let base = buf.0.as_mut_ptr();
     let header = libc::cmsghdr {
@@ -264,14 +280,20 @@ fn pktinfo(hdr: &libc::msghdr) -> (Option<u32>, Option<Local>) {
             let data = libc::CMSG_DATA(cmsg);
             let have = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
             match (c.cmsg_level, c.cmsg_type) {
-                (libc::IPPROTO_IP, libc::IP_PKTINFO) if have >= mem::size_of::<libc::in_pktinfo>() => {
+                (libc::IPPROTO_IP, libc::IP_PKTINFO)
+                    if have >= mem::size_of::<libc::in_pktinfo>() =>
+                {
                     let info = ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
                     found = (
                         Some(info.ipi_ifindex as u32),
-                        Some(Local::V4(Ipv4Addr::from(u32::from_be(info.ipi_spec_dst.s_addr)))),
+                        Some(Local::V4(Ipv4Addr::from(u32::from_be(
+                            info.ipi_spec_dst.s_addr,
+                        )))),
                     );
                 }
-                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) if have >= mem::size_of::<libc::in6_pktinfo>() => {
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO)
+                    if have >= mem::size_of::<libc::in6_pktinfo>() =>
+                {
                     let info = ptr::read_unaligned(data.cast::<libc::in6_pktinfo>());
                     found = (
                         Some(info.ipi6_ifindex),
@@ -322,7 +344,8 @@ mod tests {
     #[test]
     fn batches_round_trip_with_pktinfo() {
         let rx = UdpSocket::bind("0.0.0.0:0").unwrap();
-        nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::Ipv4PacketInfo, &true).unwrap();
+        nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::Ipv4PacketInfo, &true)
+            .unwrap();
         let port = rx.local_addr().unwrap().port();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let to: SockAddr = SocketAddr::from(([127, 0, 0, 3], port)).into();
@@ -346,7 +369,9 @@ mod tests {
                         got += 1;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
                 Err(e) => panic!("{e}"),
             }
         }
@@ -356,8 +381,12 @@ mod tests {
         let answer = [IoSlice::new(b"pong")];
         let back: SockAddr = tx.local_addr().unwrap().into();
         let from = batch.meta(0).local;
-        assert_eq!(send_batch(rx.as_fd(), &answer, Some(&back), from).unwrap(), 1);
-        tx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        assert_eq!(
+            send_batch(rx.as_fd(), &answer, Some(&back), from).unwrap(),
+            1
+        );
+        tx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
         let mut buf = [0u8; 16];
         let (n, src) = tx.recv_from(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"pong");
@@ -368,7 +397,8 @@ mod tests {
     fn flags_truncated_datagrams() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.send_to(&[1u8; DATAGRAM_SIZE + 1], rx.local_addr().unwrap()).unwrap();
+        tx.send_to(&[1u8; DATAGRAM_SIZE + 1], rx.local_addr().unwrap())
+            .unwrap();
         rx.set_nonblocking(true).unwrap();
         let mut batch = RecvBatch::new(2);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -379,7 +409,10 @@ mod tests {
                     assert!(batch.meta(0).truncated);
                     break;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => {
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        && std::time::Instant::now() < deadline =>
+                {
                     std::thread::sleep(std::time::Duration::from_millis(1))
                 }
                 Err(e) => panic!("{e}"),

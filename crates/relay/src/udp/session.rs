@@ -25,9 +25,12 @@ use tokio::task::JoinHandle;
 
 /// Datagrams (and bytes) a session keeps while its socket is being made;
 /// more are dropped. The whole table keeps at most `PENDING_BYTES_TOTAL`
-/// that way, so a flood of new clients cannot make it grow.
-const PENDING_DATAGRAMS: usize = 64;
-const PENDING_BYTES: usize = 64 * 1024;
+/// that way, so a flood of new clients cannot make it grow. A session
+/// whose queue could not take another batch makes the relay leave the
+/// listener alone for a moment (see `Table::crowded`): the kernel's socket
+/// buffer holds the rest of a client's first burst meanwhile.
+const PENDING_DATAGRAMS: usize = 128;
+const PENDING_BYTES: usize = 128 * 1024;
 const PENDING_BYTES_TOTAL: usize = 4 << 20;
 
 /// Batches a reply task moves before it lets other tasks run.
@@ -84,6 +87,8 @@ enum State {
     Pending {
         queue: Vec<u8>,
         lens: Vec<usize>,
+        /// The queue may not take another batch.
+        crowded: bool,
     },
     Ready {
         socket: Arc<UdpSocket>,
@@ -106,6 +111,8 @@ pub(super) struct Table {
     next_generation: u64,
     /// Bytes queued in all pending sessions.
     pending_bytes: usize,
+    /// Pending sessions whose queue may not take another batch.
+    crowded: usize,
 }
 
 impl Table {
@@ -117,11 +124,18 @@ impl Table {
             by_peer: HashMap::new(),
             next_generation: 0,
             pending_bytes: 0,
+            crowded: 0,
         }
     }
 
     pub(super) fn batch(&self) -> usize {
         self.shared.batch
+    }
+
+    /// Whether a new client's queue may not take another batch: the
+    /// listener is best left unread until its socket is there.
+    pub(super) fn crowded(&self) -> bool {
+        self.crowded > 0
     }
 
     pub(super) fn count_drop(&self, n: u64) {
@@ -191,7 +205,11 @@ impl Table {
                     Counters::add(&counters.udp_datagrams_to_target, sent);
                     Counters::add(&counters.udp_drops, dropped);
                 }
-                State::Pending { queue, lens } => {
+                State::Pending {
+                    queue,
+                    lens,
+                    crowded,
+                } => {
                     for i in datagrams {
                         stale -= 1;
                         let d = rx.datagram(i);
@@ -205,6 +223,13 @@ impl Table {
                         } else {
                             Counters::inc(&counters.udp_drops);
                         }
+                    }
+                    let batch = self.shared.batch;
+                    let full = lens.len() + batch > PENDING_DATAGRAMS
+                        || queue.len() + batch * mmsg::DATAGRAM_SIZE > PENDING_BYTES;
+                    if full && !*crowded {
+                        *crowded = true;
+                        self.crowded += 1;
                     }
                 }
             }
@@ -241,6 +266,7 @@ impl Table {
             state: State::Pending {
                 queue: Vec::new(),
                 lens: Vec::new(),
+                crowded: false,
             },
             task: Some(task),
         });
@@ -271,8 +297,9 @@ impl Table {
         let session = self.slots.get_mut(slot)?.take()?;
         self.by_peer.remove(&session.peer);
         self.free.push(slot);
-        if let State::Pending { queue, .. } = &session.state {
+        if let State::Pending { queue, crowded, .. } = &session.state {
             self.pending_bytes -= queue.len();
+            self.crowded -= usize::from(*crowded);
         }
         Counters::dec(&self.shared.counters.udp_sessions);
         Some(session)
@@ -287,7 +314,9 @@ impl Table {
             result,
         } = created;
         let current = self.slots.get(slot).and_then(Option::as_ref);
-        if !current.is_some_and(|s| s.generation == generation && matches!(s.state, State::Pending { .. })) {
+        if !current
+            .is_some_and(|s| s.generation == generation && matches!(s.state, State::Pending { .. }))
+        {
             return;
         }
         let counters = self.shared.counters.clone();
@@ -317,11 +346,21 @@ impl Table {
         if let Some(old) = session.task.replace(tokio::spawn(replies.run())) {
             old.abort(); // finished already: it sent us this socket
         }
-        let State::Pending { queue, lens } = std::mem::replace(&mut session.state, State::Ready { socket: socket.clone() })
+        let State::Pending {
+            queue,
+            lens,
+            crowded,
+        } = std::mem::replace(
+            &mut session.state,
+            State::Ready {
+                socket: socket.clone(),
+            },
+        )
         else {
             return;
         };
         self.pending_bytes -= queue.len();
+        self.crowded -= usize::from(crowded);
         let mut offset = 0;
         for chunk in lens.chunks(MAX_BATCH) {
             let mut slices = [IoSlice::new(&[]); MAX_BATCH];
@@ -448,7 +487,12 @@ impl Replies {
             }
         }
         let counters = &self.shared.counters;
-        let (sent, dropped) = send_all(self.shared.listener.as_fd(), &slices[..k], Some(&self.peer), self.local);
+        let (sent, dropped) = send_all(
+            self.shared.listener.as_fd(),
+            &slices[..k],
+            Some(&self.peer),
+            self.local,
+        );
         Counters::add(&counters.udp_datagrams_to_client, sent);
         Counters::add(&counters.udp_drops, dropped + (n - k) as u64);
         Ok(())
@@ -458,7 +502,12 @@ impl Replies {
 /// Send all of `msgs` without blocking; returns (sent, dropped). A full
 /// socket buffer drops the rest; a pending error from an earlier ICMP
 /// (ECONNREFUSED) is retried once; other errors drop one datagram each.
-fn send_all(fd: BorrowedFd<'_>, msgs: &[IoSlice<'_>], to: Option<&SockAddr>, from: Option<Local>) -> (u64, u64) {
+fn send_all(
+    fd: BorrowedFd<'_>,
+    msgs: &[IoSlice<'_>],
+    to: Option<&SockAddr>,
+    from: Option<Local>,
+) -> (u64, u64) {
     let (mut sent, mut dropped) = (0u64, 0u64);
     let mut offset = 0;
     let mut retried = false;
@@ -472,7 +521,10 @@ fn send_all(fd: BorrowedFd<'_>, msgs: &[IoSlice<'_>], to: Option<&SockAddr>, fro
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e)
                 if !retried
-                    && matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted) =>
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
+                    ) =>
             {
                 retried = true
             }

@@ -38,7 +38,12 @@ pub fn raise_nofile() {
 
 /// A listener with a backlog for many simultaneous connects.
 pub fn listen(addr: SocketAddr) -> TcpListener {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.expect("socket");
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .expect("socket");
     socket.set_reuseaddr(true).expect("reuseaddr");
     socket.bind(addr).expect("bind");
     socket.listen(4096).expect("listen")
@@ -60,7 +65,11 @@ impl TcpRelay {
         Self::start_with_pool(upstream, cfg.clone(), PipePool::new(cfg.pipe_size, 64)).await
     }
 
-    pub async fn start_with_pool(upstream: SocketAddr, cfg: TcpRelayConfig, pool: Arc<PipePool>) -> TcpRelay {
+    pub async fn start_with_pool(
+        upstream: SocketAddr,
+        cfg: TcpRelayConfig,
+        pool: Arc<PipePool>,
+    ) -> TcpRelay {
         let listener = listen("127.0.0.1:0".parse().unwrap());
         let addr = listener.local_addr().unwrap();
         let counters = Arc::new(Counters::default());
@@ -68,12 +77,20 @@ impl TcpRelay {
         let started = Arc::new(AtomicUsize::new(0));
         let cfg = Arc::new(cfg);
         let accept = {
-            let (pool, counters, results, started) = (pool.clone(), counters.clone(), results.clone(), started.clone());
+            let (pool, counters, results, started) = (
+                pool.clone(),
+                counters.clone(),
+                results.clone(),
+                started.clone(),
+            );
             tokio::spawn(async move {
                 loop {
-                    let Ok((client, _)) = listener.accept().await else { return };
+                    let Ok((client, _)) = listener.accept().await else {
+                        return;
+                    };
                     started.fetch_add(1, Ordering::SeqCst);
-                    let (pool, counters, results, cfg) = (pool.clone(), counters.clone(), results.clone(), cfg.clone());
+                    let (pool, counters, results, cfg) =
+                        (pool.clone(), counters.clone(), results.clone(), cfg.clone());
                     tokio::spawn(async move {
                         let result = match TcpStream::connect(upstream).await {
                             Ok(up) => splice_duplex(client, up, &pool, &counters, &cfg).await,
@@ -102,7 +119,11 @@ impl TcpRelay {
     pub async fn wait_finished(&self, n: usize, within: Duration) {
         let deadline = Instant::now() + within;
         while self.finished() < n {
-            assert!(Instant::now() < deadline, "only {} of {n} connections ended in {within:?}", self.finished());
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} connections ended in {within:?}",
+                self.finished()
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -111,7 +132,11 @@ impl TcpRelay {
     pub async fn wait_no_pipe_in_use(&self, within: Duration) {
         let deadline = Instant::now() + within;
         while self.pool.stats().in_use != 0 {
-            assert!(Instant::now() < deadline, "pipes still in use: {:?}", self.pool.stats());
+            assert!(
+                Instant::now() < deadline,
+                "pipes still in use: {:?}",
+                self.pool.stats()
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -130,7 +155,9 @@ pub async fn echo_server() -> (SocketAddr, JoinHandle<()>) {
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
         loop {
-            let Ok((mut conn, _)) = listener.accept().await else { return };
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
@@ -211,7 +238,12 @@ impl Sha256Sum {
     }
 
     pub fn write(&mut self, data: &[u8]) {
-        self.child.stdin.as_mut().expect("piped").write_all(data).expect("write to sha256sum");
+        self.child
+            .stdin
+            .as_mut()
+            .expect("piped")
+            .write_all(data)
+            .expect("write to sha256sum");
     }
 
     /// The hex digest.
@@ -219,7 +251,11 @@ impl Sha256Sum {
         drop(self.child.stdin.take());
         let out = self.child.wait_with_output().expect("sha256sum");
         assert!(out.status.success(), "sha256sum failed");
-        String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or_default().to_string()
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
     }
 }
 
@@ -230,10 +266,19 @@ pub struct LocalSource {
 }
 
 impl SocketSource for LocalSource {
-    fn udp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<std::net::UdpSocket>> {
+    fn udp_socket(
+        &self,
+        target: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<std::net::UdpSocket>> {
         self.made.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
-            let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().unwrap();
+            let bind: SocketAddr = if target.is_ipv4() {
+                "0.0.0.0:0"
+            } else {
+                "[::]:0"
+            }
+            .parse()
+            .unwrap();
             let s = std::net::UdpSocket::bind(bind)?;
             s.set_nonblocking(true)?;
             Ok(s)

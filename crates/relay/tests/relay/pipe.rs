@@ -24,18 +24,33 @@ const CAP_SYS_RESOURCE: u32 = 24;
 /// effective set (capabilities are per thread): its pipes then obey
 /// fs.pipe-max-size and fs.pipe-user-pages-soft, as a non-root daemon's.
 fn drop_pipe_privileges_of_this_thread() {
-    let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
     let mut data = [CapData::default(); 2];
     // SAFETY: capget writes two CapData (version 3) for the calling thread
     // into `data`, which is that size.
-    let r = unsafe { libc::syscall(libc::SYS_capget, &mut header as *mut CapHeader, data.as_mut_ptr()) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    };
     assert_eq!(r, 0, "capget: {}", std::io::Error::last_os_error());
     for cap in [CAP_SYS_ADMIN, CAP_SYS_RESOURCE] {
         data[0].effective &= !(1u32 << cap);
     }
     // SAFETY: capset reads the header and two CapData; it changes only the
     // calling thread, which is a thread of this test alone.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    };
     assert_eq!(r, 0, "capset: {}", std::io::Error::last_os_error());
 }
 
@@ -52,8 +67,12 @@ fn pipes_over_the_user_limit_are_undersized_not_refused() {
     let stats = std::thread::spawn(move || {
         drop_pipe_privileges_of_this_thread();
         let pool = PipePool::new(size, 8);
-        let pipes: Vec<_> = (0..40).map(|_| pool.acquire().expect("acquire never fails for the size")).collect();
-        assert!(pipes.iter().all(|p| p.is_undersized() && p.capacity() < size));
+        let pipes: Vec<_> = (0..40)
+            .map(|_| pool.acquire().expect("acquire never fails for the size"))
+            .collect();
+        assert!(pipes
+            .iter()
+            .all(|p| p.is_undersized() && p.capacity() < size));
         let stats = pool.stats();
         drop(pipes);
         // Undersized pipes are not kept: the pool gets full-sized ones once

@@ -37,7 +37,8 @@ fn one_gib_arrives_with_the_same_sha256() {
     let (sent_tx, sent_rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut conn = StdStream::connect(relay_addr).unwrap();
-        conn.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        conn.set_write_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
         let mut expected = Sha256Sum::piped();
         let chunk = 256 * 1024;
         let mut gen = Generator::new(chunk, 0x5eed);
@@ -48,7 +49,8 @@ fn one_gib_arrives_with_the_same_sha256() {
         }
         conn.shutdown(Shutdown::Write).unwrap();
         // The server sends nothing back: end of file once it is done.
-        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
         let mut rest = Vec::new();
         conn.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty());
@@ -57,9 +59,14 @@ fn one_gib_arrives_with_the_same_sha256() {
 
     let limit = Duration::from_secs(60);
     let sent = sent_rx.recv_timeout(limit).expect("sender did not finish");
-    let received = hash_rx.recv_timeout(limit).expect("receiver did not finish");
+    let received = hash_rx
+        .recv_timeout(limit)
+        .expect("receiver did not finish");
     assert_eq!(sent.len(), 64);
-    assert_eq!(received, sent, "SHA-256 of what arrived differs from what was sent");
+    assert_eq!(
+        received, sent,
+        "SHA-256 of what arrived differs from what was sent"
+    );
     rt.block_on(relay.wait_finished(1, Duration::from_secs(5)));
     assert!(relay.results.lock().unwrap()[0].is_ok());
     assert_eq!(relay.counters.bytes_to_target.load(Ordering::Relaxed), GIB);
@@ -67,7 +74,10 @@ fn one_gib_arrives_with_the_same_sha256() {
     assert_eq!(relay.counters.splice_fallbacks.load(Ordering::Relaxed), 0);
     let stats = relay.pool.stats();
     assert_eq!(stats.in_use, 0, "{stats:?}");
-    eprintln!("1 GiB relayed and hashed in {:?}; pool {stats:?}", started.elapsed());
+    eprintln!(
+        "1 GiB relayed and hashed in {:?}; pool {stats:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -183,7 +193,10 @@ fn half_close_from_the_server() {
         let late = vec![b'c'; 3 << 20];
         conn.write_all(&late).await.unwrap();
         conn.shutdown().await.unwrap();
-        let request = timeout(Duration::from_secs(10), srv).await.expect("server timed out").unwrap();
+        let request = timeout(Duration::from_secs(10), srv)
+            .await
+            .expect("server timed out")
+            .unwrap();
         assert!(request == late, "server got {} bytes", request.len());
         relay.wait_finished(1, Duration::from_secs(5)).await;
         assert!(relay.results.lock().unwrap()[0].is_ok());
@@ -214,7 +227,9 @@ fn server_reset_reaches_the_client() {
         conn.write_all(b"hello").await.unwrap();
         srv.await.unwrap();
         let mut buf = [0u8; 16];
-        let read = timeout(Duration::from_secs(5), conn.read(&mut buf)).await.expect("no reset seen");
+        let read = timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("no reset seen");
         match read {
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}"),
             Ok(n) => panic!("expected a reset, got a clean read of {n} bytes"),
@@ -236,7 +251,9 @@ fn client_reset_reaches_the_server() {
             let mut buf = [0u8; 5];
             conn.read_exact(&mut buf).await.unwrap();
             let mut more = [0u8; 16];
-            timeout(Duration::from_secs(5), conn.read(&mut more)).await.expect("no reset seen")
+            timeout(Duration::from_secs(5), conn.read(&mut more))
+                .await
+                .expect("no reset seen")
         });
         let relay = TcpRelay::start(server_addr, TcpRelayConfig::default()).await;
         let mut conn = TcpStream::connect(relay.addr).await.unwrap();
@@ -278,8 +295,14 @@ fn a_reader_that_stops_stops_the_writer() {
         let mut written = 0usize;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            assert!(Instant::now() < deadline, "the writer never blocked ({written} bytes written)");
-            assert!(written < 512 << 20, "the relay keeps accepting bytes: {written} written");
+            assert!(
+                Instant::now() < deadline,
+                "the writer never blocked ({written} bytes written)"
+            );
+            assert!(
+                written < 512 << 20,
+                "the relay keeps accepting bytes: {written} written"
+            );
             match timeout(Duration::from_millis(300), wr.write(&chunk)).await {
                 Ok(n) => written += n.unwrap(),
                 Err(_) => break,
@@ -287,7 +310,9 @@ fn a_reader_that_stops_stops_the_writer() {
         }
         let delivered = Counters::get(&relay.counters.bytes_to_target);
         let stats = relay.pool.stats();
-        eprintln!("writer blocked after {written} bytes; {delivered} delivered upstream; pool {stats:?}");
+        eprintln!(
+            "writer blocked after {written} bytes; {delivered} delivered upstream; pool {stats:?}"
+        );
         // One direction holds a (full) pipe; the idle one holds none.
         assert_eq!(stats.in_use, 1, "{stats:?}");
         // Nothing more moves while the reader does not read.
@@ -296,12 +321,18 @@ fn a_reader_that_stops_stops_the_writer() {
         // The relay holds at most one pipe of what the writer wrote; the
         // rest sits in the kernel's socket buffers.
         assert!(written as u64 >= delivered);
-        assert!(written < 256 << 20, "{written} bytes accepted from a blocked writer");
+        assert!(
+            written < 256 << 20,
+            "{written} bytes accepted from a blocked writer"
+        );
 
         // The reader wakes up: everything arrives.
         go_tx.send(()).unwrap();
         wr.shutdown().await.unwrap();
-        let got = timeout(Duration::from_secs(10), srv).await.expect("drain timed out").unwrap();
+        let got = timeout(Duration::from_secs(10), srv)
+            .await
+            .expect("drain timed out")
+            .unwrap();
         assert_eq!(got, written);
         relay.wait_finished(1, Duration::from_secs(5)).await;
         assert_eq!(relay.pool.stats().in_use, 0);
@@ -322,7 +353,9 @@ fn thousand_concurrent_connections_echo() {
                 let addr = relay.addr;
                 tokio::spawn(async move {
                     let mut conn = TcpStream::connect(addr).await?;
-                    let msg: Vec<u8> = (0..4096u32).map(|i| (id.wrapping_mul(31).wrapping_add(i) % 253) as u8).collect();
+                    let msg: Vec<u8> = (0..4096u32)
+                        .map(|i| (id.wrapping_mul(31).wrapping_add(i) % 253) as u8)
+                        .collect();
                     conn.write_all(&msg).await?;
                     let mut back = vec![0u8; msg.len()];
                     conn.read_exact(&mut back).await?;
@@ -333,13 +366,25 @@ fn thousand_concurrent_connections_echo() {
                 })
             })
             .collect();
-        let all = timeout(Duration::from_secs(30), futures_util::future::join_all(clients))
-            .await
-            .expect("1000 echoes timed out");
-        let ok = all.into_iter().filter(|r| matches!(r, Ok(Ok(true)))).count();
+        let all = timeout(
+            Duration::from_secs(30),
+            futures_util::future::join_all(clients),
+        )
+        .await
+        .expect("1000 echoes timed out");
+        let ok = all
+            .into_iter()
+            .filter(|r| matches!(r, Ok(Ok(true))))
+            .count();
         assert_eq!(ok, 1000, "connections that echoed correctly");
         relay.wait_finished(1000, Duration::from_secs(10)).await;
-        let failed = relay.results.lock().unwrap().iter().filter(|r| r.is_err()).count();
+        let failed = relay
+            .results
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.is_err())
+            .count();
         assert_eq!(failed, 0);
         relay.wait_no_pipe_in_use(Duration::from_secs(5)).await;
         let stats = relay.pool.stats();
@@ -363,7 +408,10 @@ fn idle_connections_hold_no_pipe() {
             let mut conn = TcpStream::connect(relay.addr).await.unwrap();
             conn.write_all(&i.to_le_bytes()).await.unwrap();
             let mut back = [0u8; 4];
-            timeout(Duration::from_secs(5), conn.read_exact(&mut back)).await.unwrap().unwrap();
+            timeout(Duration::from_secs(5), conn.read_exact(&mut back))
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(back, i.to_le_bytes());
             conns.push(conn);
         }
@@ -372,7 +420,10 @@ fn idle_connections_hold_no_pipe() {
         assert_eq!(relay.started.load(Ordering::SeqCst), 200);
         assert_eq!(relay.finished(), 0);
         let stats = relay.pool.stats();
-        assert!(stats.created <= 64 + 2, "pipes are shared, not one per connection: {stats:?}");
+        assert!(
+            stats.created <= 64 + 2,
+            "pipes are shared, not one per connection: {stats:?}"
+        );
         drop(conns);
         relay.wait_finished(200, Duration::from_secs(10)).await;
         let stats = relay.pool.stats();
@@ -419,7 +470,9 @@ fn the_future_of_a_connection_is_small() {
     let rt = runtime();
     rt.block_on(async {
         let listener = listen("127.0.0.1:0".parse().unwrap());
-        let a = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
         let (b, _) = listener.accept().await.unwrap();
         let pool = PipePool::new(DEFAULT_PIPE_SIZE, 1);
         let counters = Counters::default();

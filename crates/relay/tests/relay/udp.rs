@@ -17,7 +17,9 @@ async fn echo_target(addr: &str) -> (SocketAddr, JoinHandle<()>) {
     let task = tokio::spawn(async move {
         let mut buf = vec![0u8; 65536];
         loop {
-            let Ok((n, from)) = socket.recv_from(&mut buf).await else { return };
+            let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+                return;
+            };
             let _ = socket.send_to(&buf[..n], from).await;
         }
     });
@@ -33,11 +35,20 @@ struct Relay {
 }
 
 impl Relay {
-    async fn start(listen: &str, target: SocketAddr, cfg: UdpConfig, refuse: Arc<RefuseFn>) -> Relay {
+    async fn start(
+        listen: &str,
+        target: SocketAddr,
+        cfg: UdpConfig,
+        refuse: Arc<RefuseFn>,
+    ) -> Relay {
         let listener = std::net::UdpSocket::bind(listen).unwrap();
         let mut addr = listener.local_addr().unwrap();
         if addr.ip().is_unspecified() {
-            addr.set_ip(if addr.is_ipv4() { "127.0.0.1".parse().unwrap() } else { "::1".parse().unwrap() });
+            addr.set_ip(if addr.is_ipv4() {
+                "127.0.0.1".parse().unwrap()
+            } else {
+                "::1".parse().unwrap()
+            });
         }
         let counters = Arc::new(Counters::default());
         let source = Arc::new(LocalSource::default());
@@ -80,7 +91,11 @@ fn allow_all() -> Arc<RefuseFn> {
 
 /// A client connected to the relay.
 async fn client(relay: SocketAddr) -> UdpSocket {
-    let bind = if relay.is_ipv4() { "127.0.0.1:0" } else { "[::1]:0" };
+    let bind = if relay.is_ipv4() {
+        "127.0.0.1:0"
+    } else {
+        "[::1]:0"
+    };
     let socket = UdpSocket::bind(bind).await.unwrap();
     socket.connect(relay).await.unwrap();
     socket
@@ -119,20 +134,33 @@ fn fifty_clients_each_get_their_own_replies() {
                     for seq in 0..20 {
                         let msg = format!("client {id} datagram {seq} {}", "x".repeat(id * 7));
                         let back = round_trip(&socket, msg.as_bytes()).await;
-                        assert_eq!(String::from_utf8_lossy(&back), msg, "client {id} got another's reply");
+                        assert_eq!(
+                            String::from_utf8_lossy(&back),
+                            msg,
+                            "client {id} got another's reply"
+                        );
                     }
                     // No stray datagram for this client afterwards.
                     assert!(silent(&socket, Duration::from_millis(50)).await);
                 })
             })
             .collect();
-        for c in timeout(Duration::from_secs(30), futures_util::future::join_all(clients)).await.expect("timed out") {
+        for c in timeout(
+            Duration::from_secs(30),
+            futures_util::future::join_all(clients),
+        )
+        .await
+        .expect("timed out")
+        {
             c.unwrap();
         }
         let c = &relay.counters;
         assert_eq!(Counters::get(&c.udp_sessions), 50);
         assert_eq!(Counters::get(&c.udp_sessions_total), 50);
-        assert_eq!(relay.source.made.load(std::sync::atomic::Ordering::SeqCst), 50);
+        assert_eq!(
+            relay.source.made.load(std::sync::atomic::Ordering::SeqCst),
+            50
+        );
         assert!(Counters::get(&c.udp_datagrams_to_target) >= 1000);
         assert!(Counters::get(&c.udp_datagrams_to_client) >= 1000);
         assert_eq!(Counters::get(&c.udp_evictions), 0);
@@ -153,7 +181,10 @@ fn idle_sessions_are_closed() {
         let mut clients = Vec::new();
         for i in 0..3 {
             let socket = client(relay.addr).await;
-            assert_eq!(round_trip(&socket, format!("hello {i}").as_bytes()).await, format!("hello {i}").as_bytes());
+            assert_eq!(
+                round_trip(&socket, format!("hello {i}").as_bytes()).await,
+                format!("hello {i}").as_bytes()
+            );
             clients.push(socket);
         }
         let counters = relay.counters.clone();
@@ -230,7 +261,10 @@ fn refused_datagrams_are_dropped_and_counted() {
         }
         let allowed = client(relay.addr).await;
         assert_eq!(round_trip(&allowed, b"hello").await, b"hello");
-        assert!(silent(&blocked, Duration::from_millis(200)).await, "a refused client got a reply");
+        assert!(
+            silent(&blocked, Duration::from_millis(200)).await,
+            "a refused client got a reply"
+        );
         let c = &relay.counters;
         assert_eq!(Counters::get(&c.refused), 5);
         assert_eq!(Counters::get(&c.udp_sessions_total), 1);
@@ -266,8 +300,14 @@ fn a_wildcard_listener_answers_from_the_address_written_to() {
         // A connected socket accepts replies from 127.0.0.2 only: without
         // IP_PKTINFO on the way back the kernel would answer from 127.0.0.1.
         let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        socket.connect(("127.0.0.2", relay.addr.port())).await.unwrap();
-        assert_eq!(round_trip(&socket, b"to a secondary address").await, b"to a secondary address");
+        socket
+            .connect(("127.0.0.2", relay.addr.port()))
+            .await
+            .unwrap();
+        assert_eq!(
+            round_trip(&socket, b"to a secondary address").await,
+            b"to a secondary address"
+        );
         relay.stop().await;
     });
 }
@@ -287,10 +327,17 @@ fn a_dual_stack_listener_serves_ipv4_clients() {
         };
         let relay = Relay::start("[::]:0", target, UdpConfig::default(), refuse).await;
         let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        socket.connect(("127.0.0.1", relay.addr.port())).await.unwrap();
+        socket
+            .connect(("127.0.0.1", relay.addr.port()))
+            .await
+            .unwrap();
         assert_eq!(round_trip(&socket, b"v4 over v6").await, b"v4 over v6");
         // The hook sees the IPv4 address, not the mapped one.
-        assert!(seen.lock().unwrap().iter().all(|p| *p == socket.local_addr().unwrap()));
+        assert!(seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|p| *p == socket.local_addr().unwrap()));
         relay.stop().await;
     });
 }
@@ -302,7 +349,10 @@ fn oversized_datagrams_are_dropped_and_counted() {
         let (target, _echo) = echo_target("127.0.0.1:0").await;
         let relay = Relay::start("127.0.0.1:0", target, UdpConfig::default(), allow_all()).await;
         let socket = client(relay.addr).await;
-        socket.send(&vec![1u8; edgelink_relay::udp::MAX_DATAGRAM + 1]).await.unwrap();
+        socket
+            .send(&vec![1u8; edgelink_relay::udp::MAX_DATAGRAM + 1])
+            .await
+            .unwrap();
         assert_eq!(round_trip(&socket, b"small").await, b"small");
         assert_eq!(Counters::get(&relay.counters.udp_drops), 1);
         relay.stop().await;
@@ -316,7 +366,7 @@ fn a_burst_is_relayed_in_batches() {
         let (target, _echo) = echo_target("127.0.0.1:0").await;
         let relay = Relay::start("127.0.0.1:0", target, UdpConfig::default(), allow_all()).await;
         let socket = client(relay.addr).await;
-        // First datagrams queue while the session's socket is made.
+        // The first datagrams wait while the session's socket is made.
         for i in 0..200u32 {
             socket.send(&i.to_be_bytes()).await.unwrap();
         }
@@ -327,13 +377,20 @@ fn a_burst_is_relayed_in_batches() {
             got.insert(u32::from_be_bytes(buf[..4].try_into().unwrap()));
         }
         let c = &relay.counters;
-        let (to_target, drops) = (Counters::get(&c.udp_datagrams_to_target), Counters::get(&c.udp_drops));
-        eprintln!("burst of 200: {} back, {to_target} to target, {drops} dropped", got.len());
-        // Loopback loses nothing but what the session's queue could not
-        // hold before its socket existed; every datagram is accounted for.
+        let (to_target, drops) = (
+            Counters::get(&c.udp_datagrams_to_target),
+            Counters::get(&c.udp_drops),
+        );
+        eprintln!(
+            "burst of 200: {} back, {to_target} to target, {drops} dropped",
+            got.len()
+        );
+        // Every datagram is accounted for, and on loopback none is lost:
+        // while the new session's queue is full the relay leaves the rest
+        // of the burst in the listener's socket buffer.
         assert_eq!(to_target + drops, 200);
-        assert!(got.len() as u64 == Counters::get(&c.udp_datagrams_to_client));
-        assert!(got.len() >= 150, "only {} of 200 came back", got.len());
+        assert_eq!(got.len() as u64, Counters::get(&c.udp_datagrams_to_client));
+        assert_eq!(got.len(), 200, "datagrams of the first burst were lost");
         relay.stop().await;
     });
 }
