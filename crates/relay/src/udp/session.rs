@@ -203,6 +203,7 @@ impl Table {
                     stale -= k;
                     let (sent, dropped) = send_all(socket.as_fd(), &slices[..k], None, None);
                     Counters::add(&counters.udp_datagrams_to_target, sent);
+                    Counters::add(&counters.bytes_to_target, sent_bytes(&slices[..k], sent));
                     Counters::add(&counters.udp_drops, dropped);
                 }
                 State::Pending {
@@ -370,6 +371,10 @@ impl Table {
             }
             let (sent, dropped) = send_all(socket.as_fd(), &slices[..chunk.len()], None, None);
             Counters::add(&counters.udp_datagrams_to_target, sent);
+            Counters::add(
+                &counters.bytes_to_target,
+                sent_bytes(&slices[..chunk.len()], sent),
+            );
             Counters::add(&counters.udp_drops, dropped);
         }
     }
@@ -494,6 +499,7 @@ impl Replies {
             self.local,
         );
         Counters::add(&counters.udp_datagrams_to_client, sent);
+        Counters::add(&counters.bytes_to_client, sent_bytes(&slices[..k], sent));
         Counters::add(&counters.udp_drops, dropped + (n - k) as u64);
         Ok(())
     }
@@ -537,4 +543,13 @@ fn send_all(
     }
     dropped += (msgs.len() - offset) as u64;
     (sent, dropped)
+}
+
+/// Bytes in the first `sent` datagrams of a batch (what actually went out).
+fn sent_bytes(slices: &[IoSlice<'_>], sent: u64) -> u64 {
+    slices
+        .iter()
+        .take(sent as usize)
+        .map(|s| s.len() as u64)
+        .sum()
 }

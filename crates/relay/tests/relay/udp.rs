@@ -163,6 +163,12 @@ fn fifty_clients_each_get_their_own_replies() {
         );
         assert!(Counters::get(&c.udp_datagrams_to_target) >= 1000);
         assert!(Counters::get(&c.udp_datagrams_to_client) >= 1000);
+        // Bytes are counted with the datagrams: echoes are as long as requests.
+        assert!(Counters::get(&c.bytes_to_target) >= Counters::get(&c.udp_datagrams_to_target));
+        assert_eq!(
+            Counters::get(&c.bytes_to_client),
+            Counters::get(&c.bytes_to_target)
+        );
         assert_eq!(Counters::get(&c.udp_evictions), 0);
         relay.stop().await;
     });
