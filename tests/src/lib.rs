@@ -714,7 +714,11 @@ pub fn daemon_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let p = plugin_bin().with_file_name("edgelinkd");
-    assert!(p.exists(), "{} not found: build the workspace first (make test does)", p.display());
+    assert!(
+        p.exists(),
+        "{} not found: build the workspace first (make test does)",
+        p.display()
+    );
     p
 }
 
@@ -742,7 +746,10 @@ impl Daemon {
             .args(["--status-addr", &status_addr, "--log-level", "debug"])
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            // A file, not a pipe nobody reads: a chatty daemon would block.
+            .stderr(Stdio::from(
+                std::fs::File::create(state_dir.join("edgelinkd.log")).expect("daemon log"),
+            ))
             .spawn()
             .expect("spawn edgelinkd");
         let mut d = Daemon {
@@ -754,13 +761,14 @@ impl Daemon {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !sock.exists() {
             if let Ok(Some(st)) = d.child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = d.child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
+                let err =
+                    std::fs::read_to_string(state_dir.join("edgelinkd.log")).unwrap_or_default();
                 panic!("edgelinkd exited early ({st}): {err}");
             }
-            assert!(std::time::Instant::now() < deadline, "edgelinkd did not come up within 10 s");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "edgelinkd did not come up within 10 s"
+            );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         d
@@ -809,7 +817,11 @@ impl Lab {
     /// Start the node daemon for this lab (needed by CHECK when the
     /// attachment has forwards).
     pub fn daemon(&self) -> Daemon {
-        Daemon::start(&self.node, self.state.path(), &["--reconcile-interval", "1", "--probe-interval", "0"])
+        Daemon::start(
+            &self.node,
+            self.state.path(),
+            &["--reconcile-interval", "1", "--probe-interval", "0"],
+        )
     }
 }
 
@@ -909,20 +921,38 @@ impl Drop for NsRuntime {
 /// Raise RLIMIT_NOFILE's soft limit to the hard limit (children inherit it);
 /// returns the new soft limit.
 pub fn raise_nofile() -> u64 {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
-    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("setrlimit");
-    hard
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we own.
+    unsafe {
+        assert_eq!(
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim),
+            0,
+            "getrlimit"
+        );
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0, "setrlimit");
+    }
+    lim.rlim_cur
 }
 
 /// An HTTP/1.1 request from inside `ns` (Connection: close): (status code,
 /// headers, body). Panics on a transport error.
-pub fn http_in(ns: &Netns, addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, String, String) {
+pub fn http_in(
+    ns: &Netns,
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String, String) {
     use std::io::Read;
     let sa: std::net::SocketAddr = addr.parse().expect("address");
     let mut s = connect_in(ns, sa, std::time::Duration::from_secs(5))
         .unwrap_or_else(|e| panic!("connect {addr} in {}: {e}", ns.name));
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -956,7 +986,24 @@ pub struct Edgelinkd {
 impl Edgelinkd {
     /// Start it in `node` (status on 127.0.0.1:9310 there) with `extra`
     /// flags; returns once the control socket exists (bounded).
-    pub fn start(node: &Netns, state_dir: &std::path::Path, log: PathBuf, extra: &[&str]) -> Edgelinkd {
+    pub fn start(
+        node: &Netns,
+        state_dir: &std::path::Path,
+        log: PathBuf,
+        extra: &[&str],
+    ) -> Edgelinkd {
+        Edgelinkd::start_with_nofile(node, state_dir, log, extra, None)
+    }
+
+    /// [`Edgelinkd::start`], with the soft RLIMIT_NOFILE it starts with
+    /// set to `soft` (as a service manager or container runtime may).
+    pub fn start_with_nofile(
+        node: &Netns,
+        state_dir: &std::path::Path,
+        log: PathBuf,
+        extra: &[&str],
+        soft: Option<u64>,
+    ) -> Edgelinkd {
         let status_addr = "127.0.0.1:9310".to_string();
         let sock = state_dir.join("edgelinkd.sock");
         let _ = std::fs::remove_file(&sock);
@@ -965,7 +1012,8 @@ impl Edgelinkd {
             .append(true)
             .open(&log)
             .expect("daemon log file");
-        let child = Command::new("ip")
+        let mut child = Command::new("ip");
+        child
             .args(["netns", "exec", &node.name])
             .arg(daemon_bin())
             .args(["run", "--state-dir"])
@@ -974,9 +1022,29 @@ impl Edgelinkd {
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("spawn edgelinkd");
+            .stderr(Stdio::from(file));
+        if let Some(soft) = soft {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec only async-signal-safe calls
+            // (getrlimit, setrlimit) on a struct owned by the closure.
+            unsafe {
+                child.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    lim.rlim_cur = soft.min(lim.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = child.spawn().expect("spawn edgelinkd");
         let mut d = Edgelinkd {
             child,
             log,
@@ -987,7 +1055,11 @@ impl Edgelinkd {
         let up = wait_until(std::time::Duration::from_secs(10), || {
             sock.exists() || !d.running()
         });
-        assert!(up && d.running(), "edgelinkd did not come up: {}", d.log_text());
+        assert!(
+            up && d.running(),
+            "edgelinkd did not come up: {}",
+            d.log_text()
+        );
         d
     }
 
@@ -1033,29 +1105,35 @@ impl Drop for Edgelinkd {
 }
 
 /// A child process killed and reaped on drop.
-pub struct ChildGuard(pub std::process::Child);
+pub struct ChildGuard(Option<std::process::Child>);
 
 impl ChildGuard {
+    pub fn new(child: std::process::Child) -> ChildGuard {
+        ChildGuard(Some(child))
+    }
+
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("child")
+    }
+
     /// Wait (bounded) for it to end and collect its output; kills it when
     /// the time is up (then `None`).
     pub fn wait_output(mut self, timeout: std::time::Duration) -> Option<Output> {
-        let done = wait_until(timeout, || matches!(self.0.try_wait(), Ok(Some(_))));
+        let done = wait_until(timeout, || matches!(self.child().try_wait(), Ok(Some(_))));
         if !done {
             return None;
         }
-        let child = std::mem::replace(
-            &mut self.0,
-            Command::new("true").spawn().expect("spawn true"),
-        );
-        child.wait_with_output().ok()
+        self.0.take()?.wait_with_output().ok()
     }
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
+        if let Some(mut c) = self.0.take() {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
         }
-        let _ = self.0.wait();
     }
 }

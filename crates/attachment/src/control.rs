@@ -71,7 +71,11 @@ pub fn query_daemon(
     ifname: &str,
     timeout: Duration,
 ) -> std::io::Result<Option<CheckReply>> {
-    let reply = match exchange(state_dir, &format!("check {container_id} {ifname}"), timeout) {
+    let reply = match exchange(
+        state_dir,
+        &format!("check {container_id} {ifname}"),
+        timeout,
+    ) {
         Ok(r) => r,
         Err(e)
             if matches!(
@@ -83,7 +87,10 @@ pub fn query_daemon(
         }
         Err(e) => return Err(e),
     };
-    serde_json::from_str(&reply)
-        .map(Some)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("daemon answered {reply:?}: {e}")))
+    serde_json::from_str(&reply).map(Some).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("daemon answered {reply:?}: {e}"),
+        )
+    })
 }

@@ -213,9 +213,15 @@ mod tests {
     fn nudge_and_query_without_daemon_are_harmless() {
         let d = tempfile::tempdir().unwrap();
         crate::nudge_daemon(d.path());
-        let q = crate::query_daemon(d.path(), "c1", "net1", std::time::Duration::from_millis(100));
+        let q = crate::query_daemon(
+            d.path(),
+            "c1",
+            "net1",
+            std::time::Duration::from_millis(100),
+        );
         assert!(q.unwrap().is_none());
-        let sock = std::os::unix::net::UnixListener::bind(d.path().join(crate::DAEMON_SOCKET)).unwrap();
+        let sock =
+            std::os::unix::net::UnixListener::bind(d.path().join(crate::DAEMON_SOCKET)).unwrap();
         crate::nudge_daemon(d.path());
         let (s, _) = sock.accept().unwrap();
         let mut line = String::new();

@@ -9,7 +9,11 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/edgelink";
 pub const DEFAULT_STATUS_ADDR: &str = "127.0.0.1:9310";
 
 #[derive(Debug, Parser)]
-#[command(name = "edgelinkd", version, about = "The edgelink node daemon: relays each attachment's forwards from inside the pod's network namespace")]
+#[command(
+    name = "edgelinkd",
+    version,
+    about = "The edgelink node daemon: relays each attachment's forwards from inside the pod's network namespace"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -24,7 +28,9 @@ pub enum Command {
 }
 
 fn secs(s: &str) -> Result<Duration, String> {
-    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !(0.0..=86_400.0).contains(&v) {
         return Err(format!("{s} is outside 0..=86400 seconds"));
     }
@@ -41,7 +47,9 @@ fn absolute(s: &str) -> Result<PathBuf, String> {
 }
 
 fn pipe_size(s: &str) -> Result<usize, String> {
-    let v: usize = s.parse().map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    let v: usize = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
     if !(4096..=64 << 20).contains(&v) {
         return Err(format!("{v} is outside 4096..=67108864 bytes"));
     }

@@ -19,7 +19,9 @@ pub fn bind(d: &Daemon) -> anyhow::Result<UnixListener> {
 
 pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
     loop {
-        let Ok((stream, _)) = l.accept().await else { continue };
+        let Ok((stream, _)) = l.accept().await else {
+            continue;
+        };
         let d = d.clone();
         tokio::spawn(async move {
             let (r, mut w) = stream.into_split();

@@ -28,14 +28,23 @@ pub struct Attachment {
     pub forwards: Vec<Arc<ForwardRuntime>>,
     pub error: Option<String>,
     stop: watch::Sender<bool>,
+    /// Ends the relayed connections too (the attachment is gone; SIGTERM
+    /// only stops accepting).
+    close: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Attachment {
-    fn stop(self) {
+    /// Stop serving and return once its tasks are gone, and with them its
+    /// listeners: a replacement (a changed record) binds the same ports.
+    async fn stop(self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
+        let _ = self.close.send(true);
+        for t in &self.tasks {
             t.abort();
+        }
+        for t in self.tasks {
+            let _ = t.await;
         }
     }
 
@@ -49,7 +58,12 @@ impl Attachment {
             netns: self.record.netns.clone(),
             mode: self.record.mode.clone(),
             interface: self.record.interface.clone(),
-            state: if self.error.is_some() { "failed" } else { "serving" }.into(),
+            state: if self.error.is_some() {
+                "failed"
+            } else {
+                "serving"
+            }
+            .into(),
             error: self.error.clone(),
             forwards: self.forwards.iter().map(|f| f.report()).collect(),
         }
@@ -102,7 +116,8 @@ impl Daemon {
     }
 
     pub fn status(&self) -> Status {
-        let mut attachments: Vec<AttachmentStatus> = self.map().values().map(Attachment::status).collect();
+        let mut attachments: Vec<AttachmentStatus> =
+            self.map().values().map(Attachment::status).collect();
         attachments.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
         Status {
             node: self.node.clone(),
@@ -111,7 +126,11 @@ impl Daemon {
             last_reconcile_at: self.last_reconcile.load(Ordering::Relaxed),
             draining: self.draining.load(Ordering::Relaxed),
             attachments,
-            malformed_records: self.malformed.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            malformed_records: self
+                .malformed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             reclaimed_total: self.reclaimed.load(Ordering::Relaxed),
         }
     }
@@ -205,9 +224,10 @@ impl Daemon {
             .map(|(k, _)| k.clone())
             .collect();
         for k in stale {
-            if let Some(a) = self.map().remove(&k) {
+            let removed = self.map().remove(&k);
+            if let Some(a) = removed {
                 tracing::info!(container = %k.0, ifname = %k.1, "attachment removed: closing its listeners");
-                a.stop();
+                a.stop().await;
                 changed = true;
             }
         }
@@ -223,8 +243,9 @@ impl Daemon {
                             continue;
                         }
                         // Same path, another namespace: the old one is gone.
-                        if let Some(a) = self.map().remove(&k) {
-                            a.stop();
+                        let removed = self.map().remove(&k);
+                        if let Some(a) = removed {
+                            a.stop().await;
                         }
                     }
                     if self.draining.load(Ordering::Relaxed) {
@@ -235,13 +256,16 @@ impl Daemon {
                     changed = true;
                 }
                 Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. }) => {
-                    if let Some(a) = self.map().remove(&k) {
-                        a.stop();
+                    let removed = self.map().remove(&k);
+                    if let Some(a) = removed {
+                        a.stop().await;
                     }
                     self.reclaim(&rec);
                     changed = true;
                 }
-                Err(e) => tracing::warn!(netns = %rec.netns, error = %e, "cannot open the netns of an attachment"),
+                Err(e) => {
+                    tracing::warn!(netns = %rec.netns, error = %e, "cannot open the netns of an attachment")
+                }
             }
         }
 
@@ -256,16 +280,17 @@ impl Daemon {
     fn reclaim(&self, rec: &Record) {
         tracing::info!(container = %rec.container_id, ifname = %rec.ifname, netns = %rec.netns,
             "netns is gone: releasing the attachment's address and record");
-        match edgelink_ipam::Store::open(&self.args.state_dir, &rec.network)
-            .and_then(|s| {
-                let mut l = s.lock(Duration::from_secs(10))?;
-                l.release(&rec.container_id, &rec.ifname)
-            }) {
+        match edgelink_ipam::Store::open(&self.args.state_dir, &rec.network).and_then(|s| {
+            let mut l = s.lock(Duration::from_secs(10))?;
+            l.release(&rec.container_id, &rec.ifname)
+        }) {
             Ok(ips) if !ips.is_empty() => tracing::info!(?ips, "released"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot release the reservation"),
         }
-        if let Err(e) = RecordStore::new(&self.args.state_dir).remove(&rec.container_id, &rec.ifname) {
+        if let Err(e) =
+            RecordStore::new(&self.args.state_dir).remove(&rec.container_id, &rec.ifname)
+        {
             tracing::warn!(error = %e, "cannot remove the record");
         }
         self.reclaimed.fetch_add(1, Ordering::Relaxed);
@@ -274,7 +299,12 @@ impl Daemon {
     /// Reservations with no record (an ADD killed before it wrote one) are
     /// released once older than the grace period.
     fn gc_reservations(&self) {
-        if !self.malformed.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        if !self
+            .malformed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
             return; // a malformed record may own a reservation: keep them all
         }
         let valid: HashSet<(String, String)> = match RecordStore::new(&self.args.state_dir).list() {
@@ -302,6 +332,7 @@ impl Daemon {
     async fn start(self: &Arc<Self>, rec: Record, ns: Netns) -> Attachment {
         let netns_id = ns.id().unwrap_or_default();
         let (stop, _) = watch::channel(false);
+        let (close, _) = watch::channel(false);
         let forwards: Vec<Arc<ForwardRuntime>> = rec
             .forwards
             .iter()
@@ -314,6 +345,7 @@ impl Daemon {
             forwards,
             error: None,
             stop,
+            close,
             tasks: Vec::new(),
         };
         if a.forwards.is_empty() {
@@ -327,7 +359,10 @@ impl Daemon {
                 return a;
             }
         };
-        let private = forward::PrivateSide::new(&a.record, factory.ifindex(&a.record.interface.name).await.ok());
+        let private = forward::PrivateSide::new(
+            &a.record,
+            factory.ifindex(&a.record.interface.name).await.ok(),
+        );
         for f in &a.forwards {
             let ctx = forward::Ctx {
                 daemon: self.clone(),
@@ -336,6 +371,7 @@ impl Daemon {
                 allowed: a.record.allowed_targets.clone(),
                 private: private.clone(),
                 stop: a.stop.subscribe(),
+                close: a.close.subscribe(),
             };
             a.tasks.extend(forward::start(ctx).await);
         }

@@ -39,21 +39,37 @@ pub struct Factory {
 }
 
 fn tcp_socket(domain: Domain) -> io::Result<Socket> {
-    let s = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
+    let s = Socket::new(
+        domain,
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
     s.set_tcp_nodelay(true)?;
     Ok(s)
 }
 
 fn udp_socket(domain: Domain) -> io::Result<Socket> {
-    Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))
+    Socket::new(
+        domain,
+        Type::DGRAM.nonblocking().cloexec(),
+        Some(Protocol::UDP),
+    )
 }
 
 fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
     let domain = Domain::for_address(addr);
     let s = if stream {
-        Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?
+        Socket::new(
+            domain,
+            Type::STREAM.nonblocking().cloexec(),
+            Some(Protocol::TCP),
+        )?
     } else {
-        Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?
+        Socket::new(
+            domain,
+            Type::DGRAM.nonblocking().cloexec(),
+            Some(Protocol::UDP),
+        )?
     };
     s.set_reuse_address(true)?;
     if addr.is_ipv6() {
@@ -86,7 +102,11 @@ impl Factory {
         let weak = Arc::downgrade(&f);
         let name = format!(
             "netns:{}",
-            netns.path().file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+            netns
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
         );
         std::thread::Builder::new()
             .name(name.chars().take(15).collect())
@@ -111,12 +131,15 @@ impl Factory {
                         }
                         Request::IfIndex(name, reply) => {
                             let _ = reply.send(
-                                nix::net::if_::if_nametoindex(name.as_str()).map_err(io::Error::from),
+                                nix::net::if_::if_nametoindex(name.as_str())
+                                    .map_err(io::Error::from),
                             );
                         }
                         Request::Refill => {
                             let Some(f) = weak.upgrade() else { return };
-                            for (pool, domain) in [(&f.pool4, Domain::IPV4), (&f.pool6, Domain::IPV6)] {
+                            for (pool, domain) in
+                                [(&f.pool4, Domain::IPV4), (&f.pool6, Domain::IPV6)]
+                            {
                                 loop {
                                     let missing = {
                                         let p = pool.lock().unwrap_or_else(|e| e.into_inner());
@@ -126,7 +149,9 @@ impl Factory {
                                         break;
                                     }
                                     match tcp_socket(domain) {
-                                        Ok(s) => pool.lock().unwrap_or_else(|e| e.into_inner()).push(s),
+                                        Ok(s) => {
+                                            pool.lock().unwrap_or_else(|e| e.into_inner()).push(s)
+                                        }
                                         Err(_) => break, // no IPv6 in this pod, or out of fds
                                     }
                                 }
@@ -148,10 +173,14 @@ impl Factory {
         let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(r);
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<io::Result<T>>) -> Request) -> io::Result<T> {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<io::Result<T>>) -> Request,
+    ) -> io::Result<T> {
         let (tx, rx) = oneshot::channel();
         self.send(make(tx));
-        rx.await.map_err(|_| io::Error::other("netns thread is gone"))?
+        rx.await
+            .map_err(|_| io::Error::other("netns thread is gone"))?
     }
 
     /// A listening socket bound to `addr` inside the namespace.
@@ -181,12 +210,17 @@ impl Factory {
 }
 
 impl SocketSource for Factory {
-    fn udp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<std::net::UdpSocket>> {
+    fn udp_socket(
+        &self,
+        target: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<std::net::UdpSocket>> {
         let (tx, rx) = oneshot::channel();
         let d = Domain::for_address(target);
         self.send(Request::Udp(d, tx));
         Box::pin(async move {
-            let s = rx.await.map_err(|_| io::Error::other("netns thread is gone"))??;
+            let s = rx
+                .await
+                .map_err(|_| io::Error::other("netns thread is gone"))??;
             Ok(s.into())
         })
     }
@@ -194,6 +228,9 @@ impl SocketSource for Factory {
     fn tcp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<Socket>> {
         let (tx, rx) = oneshot::channel();
         self.send(Request::Tcp(Domain::for_address(target), tx));
-        Box::pin(async move { rx.await.map_err(|_| io::Error::other("netns thread is gone"))? })
+        Box::pin(async move {
+            rx.await
+                .map_err(|_| io::Error::other("netns thread is gone"))?
+        })
     }
 }

@@ -36,20 +36,28 @@ impl PrivateSide {
     /// A device must not use the relay to reach into the cluster: refuse
     /// what arrived on the edgelink interface, what was addressed to it, and
     /// what comes from its segment.
-    pub fn refuses(&self, peer: SocketAddr, local: Option<SocketAddr>, ingress: Option<u32>) -> bool {
+    pub fn refuses(
+        &self,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        ingress: Option<u32>,
+    ) -> bool {
         if ingress.is_some() && ingress == self.ifindex {
             return true;
         }
         let peer_ip = canonical(peer.ip());
-        self.nets.iter().any(|n| {
-            n.contains(peer_ip) || local.is_some_and(|l| canonical(l.ip()) == n.ip())
-        })
+        self.nets
+            .iter()
+            .any(|n| n.contains(peer_ip) || local.is_some_and(|l| canonical(l.ip()) == n.ip()))
     }
 }
 
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
     }
 }
@@ -61,6 +69,8 @@ pub struct Ctx {
     pub allowed: Vec<IpNetwork>,
     pub private: PrivateSide,
     pub stop: watch::Receiver<bool>,
+    /// Set when the attachment is gone: its connections end too.
+    pub close: watch::Receiver<bool>,
 }
 
 /// Start serving; returns the tasks to abort when the attachment goes.
@@ -70,13 +80,22 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     // The daemon checks allowedTargets again: the record is a file on disk.
     if !spec.target_allowed(&ctx.allowed) {
         f.set_listener("refused");
-        f.error(format!("target {} is outside allowedTargets {:?}", spec.target, ctx.allowed));
+        f.error(format!(
+            "target {} is outside allowedTargets {:?}",
+            spec.target, ctx.allowed
+        ));
         tracing::warn!(forward = %spec.name, target = %spec.target, "target outside allowedTargets: not serving");
         return Vec::new();
     }
-    let mut addrs = vec![SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port)];
+    let mut addrs = vec![SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        spec.port,
+    )];
     if spec.target.is_ipv6() {
-        addrs.push(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port));
+        addrs.push(SocketAddr::new(
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            spec.port,
+        ));
     }
     let mut tasks = Vec::new();
     let mut bound = 0;
@@ -122,8 +141,16 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                         let shutdown = async move {
                             let _ = stop.wait_for(|s| *s).await;
                         };
-                        if let Err(e) =
-                            edgelink_relay::serve_udp(sock.into(), target, source, cfg, counters, refuse, shutdown).await
+                        if let Err(e) = edgelink_relay::serve_udp(
+                            sock.into(),
+                            target,
+                            source,
+                            cfg,
+                            counters,
+                            refuse,
+                            shutdown,
+                        )
+                        .await
                         {
                             tracing::warn!(error = %e, "UDP relay stopped");
                             fr.error(e);
@@ -158,6 +185,7 @@ impl Ctx {
             allowed: self.allowed.clone(),
             private: self.private.clone(),
             stop: self.stop.clone(),
+            close: self.close.clone(),
         }
     }
 }
@@ -231,9 +259,18 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx) {
         pipe_size: ctx.daemon.args.pipe_size,
         ..Default::default()
     };
-    if let Err(e) = edgelink_relay::splice_duplex(client, upstream, &ctx.daemon.pipes, c, &cfg).await {
-        Counters::inc(&c.errors);
-        tracing::debug!(error = %e, "connection ended with an error");
+    let mut close = ctx.close.clone();
+    tokio::select! {
+        r = edgelink_relay::splice_duplex(client, upstream, &ctx.daemon.pipes, c, &cfg) => {
+            if let Err(e) = r {
+                Counters::inc(&c.errors);
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        // The attachment is gone (DEL, netns gone, record changed): its
+        // connections end with it, so that nothing keeps the pod's
+        // namespace alive.
+        _ = close.wait_for(|c| *c) => tracing::debug!("attachment stopped: connection closed"),
     }
 }
 

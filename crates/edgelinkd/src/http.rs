@@ -26,18 +26,35 @@ fn reply(code: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full
 /// two intervals (plus slack for a slow pass).
 fn health(d: &Daemon, live: bool) -> Response<Full<Bytes>> {
     let last = d.last_reconcile.load(Ordering::Relaxed);
-    let limit = d.args.reconcile_interval.as_secs().saturating_mul(2).max(10) + 5;
+    let limit = d
+        .args
+        .reconcile_interval
+        .as_secs()
+        .saturating_mul(2)
+        .max(10)
+        + 5;
     let stale = last == 0 || now().saturating_sub(last) > limit;
     // Draining is healthy for liveness but not for readiness.
     let ok = !stale && (live || !d.draining.load(Ordering::Relaxed));
     let body = json!({"lastUpdated": last, "currentTime": now(), "draining": d.draining.load(Ordering::Relaxed)});
-    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     reply(code, "application/json", body.to_string())
 }
 
-async fn handle(d: Arc<Daemon>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    d: Arc<Daemon>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "read-only: GET only\n"));
+        return Ok(reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "read-only: GET only\n",
+        ));
     }
     Ok(match req.uri().path() {
         "/healthz" => health(&d, false),
@@ -51,7 +68,11 @@ async fn handle(d: Arc<Daemon>, req: Request<Incoming>) -> Result<Response<Full<
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics::render(&d),
         ),
-        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found: try /status, /metrics, /healthz, /livez\n"),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /status, /metrics, /healthz, /livez\n",
+        ),
     })
 }
 
@@ -69,7 +90,8 @@ pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
         let d = d.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| handle(d.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(30), conn).await;
         });
     }
@@ -78,9 +100,12 @@ pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
 /// GET `path` from a daemon (for `edgelinkd status` and the webhook's kin).
 pub async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     use http_body_util::BodyExt;
-    let stream = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| anyhow::anyhow!("no answer from {addr} within 5 s"))??;
+    let stream = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("no answer from {addr} within 5 s"))??;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
     let req = Request::builder()

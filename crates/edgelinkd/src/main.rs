@@ -63,8 +63,37 @@ fn node_name(args: &RunArgs) -> String {
     args.node_name
         .clone()
         .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
-        .or_else(|| nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()))
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+        })
         .unwrap_or_default()
+}
+
+/// Raise the soft limit on open files to the hard limit. Each relayed
+/// connection holds two sockets (and two pipe ends while bytes are in
+/// flight), and service managers and container runtimes commonly start
+/// processes with a soft limit of 1024: ~500 connections.
+fn raise_nofile_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write `lim`, which we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
+        || lim.rlim_cur >= lim.rlim_max
+    {
+        return;
+    }
+    let soft = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        tracing::debug!(from = soft, to = lim.rlim_max, "raised the open-file limit");
+    } else {
+        tracing::warn!(limit = soft, error = %std::io::Error::last_os_error(), "cannot raise the open-file limit");
+    }
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -75,6 +104,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_ansi(false)
         .init();
 
+    raise_nofile_limit();
     // Everything is validated (clap) before anything is bound.
     let dir = &args.state_dir;
     std::fs::DirBuilder::new()
@@ -123,7 +153,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let left = d.active();
     if left > 0 {
-        tracing::warn!(connections = left, "grace period over: closing what is left");
+        tracing::warn!(
+            connections = left,
+            "grace period over: closing what is left"
+        );
     }
     let _ = std::fs::remove_file(dir.join(edgelink_attachment::DAEMON_SOCKET));
     Ok(())

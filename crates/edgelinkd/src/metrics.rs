@@ -17,16 +17,34 @@ pub fn render(d: &Daemon) -> String {
     let mut reg = Registry::with_prefix("edgelink");
     let counters: Vec<(&str, &str, Family<Labels, Counter>)> = [
         ("connections", "TCP connections accepted"),
-        ("bytes_to_target", "Bytes relayed from clients to the target"),
-        ("bytes_to_client", "Bytes relayed from the target to clients"),
-        ("connect_errors", "Connects to the target that failed or timed out"),
+        (
+            "bytes_to_target",
+            "Bytes relayed from clients to the target",
+        ),
+        (
+            "bytes_to_client",
+            "Bytes relayed from the target to clients",
+        ),
+        (
+            "connect_errors",
+            "Connects to the target that failed or timed out",
+        ),
         ("errors", "Connections that ended with an error"),
-        ("splice_fallbacks", "Times splice was refused and a plain copy was used"),
+        (
+            "splice_fallbacks",
+            "Times splice was refused and a plain copy was used",
+        ),
         ("refused", "Connections or datagrams refused (private side)"),
         ("udp_sessions", "UDP sessions created"),
         ("udp_evictions", "UDP sessions evicted from a full table"),
-        ("udp_datagrams_to_target", "UDP datagrams relayed to the target"),
-        ("udp_datagrams_to_client", "UDP datagrams relayed back to clients"),
+        (
+            "udp_datagrams_to_target",
+            "UDP datagrams relayed to the target",
+        ),
+        (
+            "udp_datagrams_to_client",
+            "UDP datagrams relayed back to clients",
+        ),
         ("udp_drops", "UDP datagrams dropped"),
     ]
     .into_iter()
@@ -44,9 +62,15 @@ pub fn render(d: &Daemon) -> String {
     for a in &status.attachments {
         for f in &a.forwards {
             let labels: Labels = vec![
-                ("pod_namespace".into(), a.pod_namespace.clone().unwrap_or_default()),
+                (
+                    "pod_namespace".into(),
+                    a.pod_namespace.clone().unwrap_or_default(),
+                ),
                 ("pod".into(), a.pod_name.clone().unwrap_or_default()),
-                ("container_id".into(), a.container_id.chars().take(12).collect()),
+                (
+                    "container_id".into(),
+                    a.container_id.chars().take(12).collect(),
+                ),
                 ("network".into(), a.network.clone()),
                 ("forward".into(), f.name.clone()),
                 ("protocol".into(), f.protocol.clone()),
@@ -95,14 +119,26 @@ pub fn render(d: &Daemon) -> String {
     reg.register("attachments", "Attachments served", attachments);
     let malformed: Gauge = Gauge::default();
     malformed.set(status.malformed_records.len() as i64);
-    reg.register("malformed_records", "Attachment records that could not be read", malformed);
+    reg.register(
+        "malformed_records",
+        "Attachment records that could not be read",
+        malformed,
+    );
     let reclaimed: Counter = Counter::default();
     reclaimed.inc_by(status.reclaimed_total);
-    reg.register("reclaimed_attachments", "Attachments reclaimed because their netns was gone", reclaimed);
+    reg.register(
+        "reclaimed_attachments",
+        "Attachments reclaimed because their netns was gone",
+        reclaimed,
+    );
     let pipes = d.pipes.stats();
     let pipes_in_use: Gauge = Gauge::default();
     pipes_in_use.set(pipes.in_use as i64);
-    reg.register("pipes_in_use", "Splice pipes holding data in flight", pipes_in_use);
+    reg.register(
+        "pipes_in_use",
+        "Splice pipes holding data in flight",
+        pipes_in_use,
+    );
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
     out

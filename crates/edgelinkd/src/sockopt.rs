@@ -104,7 +104,13 @@ mod tests {
     fn loopback_connections_report_lo() {
         let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         enable_pktinfo(&l, false).unwrap();
-        l.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        l.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
         l.listen(8).unwrap();
         let l: TcpListener = l.into();
         let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();

@@ -28,20 +28,38 @@ pub fn table(s: &Status) -> String {
     );
     out.push_str(&format!(
         "{:<28} {:<10} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}\n",
-        "POD", "FORWARD", "TARGET", "LISTENER", "ACTIVE", "TOTAL", "TO-TARGET", "TO-CLIENT", "ERRORS", "TARGET-STATE / LAST ERROR"
+        "POD",
+        "FORWARD",
+        "TARGET",
+        "LISTENER",
+        "ACTIVE",
+        "TOTAL",
+        "TO-TARGET",
+        "TO-CLIENT",
+        "ERRORS",
+        "TARGET-STATE / LAST ERROR"
     ));
     for a in &s.attachments {
         let pod = format!(
             "{}/{}",
             a.pod_namespace.as_deref().unwrap_or("-"),
-            a.pod_name.as_deref().unwrap_or(&a.container_id[..a.container_id.len().min(12)])
+            a.pod_name
+                .as_deref()
+                .unwrap_or(&a.container_id[..a.container_id.len().min(12)])
         );
         if a.forwards.is_empty() {
-            out.push_str(&format!("{pod:<28} (no forwards) {}\n", a.error.as_deref().unwrap_or("")));
+            out.push_str(&format!(
+                "{pod:<28} (no forwards) {}\n",
+                a.error.as_deref().unwrap_or("")
+            ));
         }
         for f in &a.forwards {
             let active = f.active_connections + f.udp_sessions;
-            let total = if f.protocol == "udp" { f.udp_sessions_total } else { f.total_connections };
+            let total = if f.protocol == "udp" {
+                f.udp_sessions_total
+            } else {
+                f.total_connections
+            };
             out.push_str(&format!(
                 "{:<28} {:<10} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}{}\n",
                 pod,
@@ -54,7 +72,10 @@ pub fn table(s: &Status) -> String {
                 human(f.bytes_to_client),
                 f.connect_errors + f.errors,
                 f.reachability.state,
-                f.last_error.as_ref().map(|e| format!(" / {e}")).unwrap_or_default()
+                f.last_error
+                    .as_ref()
+                    .map(|e| format!(" / {e}"))
+                    .unwrap_or_default()
             ));
         }
     }

@@ -84,9 +84,15 @@ mod tests {
     #[test]
     fn parses_http_urls() {
         let u = parse("http://10.0.0.5:8080/hook").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("10.0.0.5", 8080, "/hook"));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("10.0.0.5", 8080, "/hook")
+        );
         let u = parse("http://collector").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("collector", 80, "/"));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("collector", 80, "/")
+        );
         assert!(parse("https://x").is_err());
     }
 }

@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "elk-loadgen", about = "Bounded load client for edgelink's benchmarks")]
+#[command(
+    name = "elk-loadgen",
+    about = "Bounded load client for edgelink's benchmarks"
+)]
 struct Cli {
     #[command(subcommand)]
     mode: Mode,
@@ -96,11 +99,13 @@ fn conn_rate(addr: SocketAddr, c: usize, secs: f64, size: usize) -> serde_json::
             std::thread::spawn(move || {
                 let mut buf = vec![b'x'; size];
                 while !stop.load(Ordering::Relaxed) {
-                    let r = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(|mut s| {
-                        s.set_nodelay(true)?;
-                        s.set_read_timeout(Some(Duration::from_secs(2)))?;
-                        exchange(&mut s, &mut buf)
-                    });
+                    let r = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(
+                        |mut s| {
+                            s.set_nodelay(true)?;
+                            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                            exchange(&mut s, &mut buf)
+                        },
+                    );
                     match r {
                         Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
                         Err(_) => failed.fetch_add(1, Ordering::Relaxed),
@@ -140,21 +145,40 @@ fn rr(addr: SocketAddr, c: usize, secs: f64, size: usize) -> anyhow::Result<serd
         .collect();
     let mut all = Vec::new();
     for t in threads {
-        all.extend(t.join().map_err(|_| anyhow::anyhow!("client thread panicked"))??);
+        all.extend(
+            t.join()
+                .map_err(|_| anyhow::anyhow!("client thread panicked"))??,
+        );
     }
     let n = all.len();
-    Ok(json!({"mode": "rr", "requests": n, "p50_us": pct(&mut all, 50.0), "p99_us": pct(&mut all, 99.0)}))
+    Ok(
+        json!({"mode": "rr", "requests": n, "p50_us": pct(&mut all, 50.0), "p99_us": pct(&mut all, 99.0)}),
+    )
 }
 
-fn udp(addr: SocketAddr, c: usize, secs: f64, size: usize, rate: u64) -> anyhow::Result<serde_json::Value> {
+fn udp(
+    addr: SocketAddr,
+    c: usize,
+    secs: f64,
+    size: usize,
+    rate: u64,
+) -> anyhow::Result<serde_json::Value> {
     let sent = Arc::new(AtomicU64::new(0));
     let got = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let per_thread = if rate == 0 { 0 } else { (rate / c as u64).max(1) };
+    let per_thread = if rate == 0 {
+        0
+    } else {
+        (rate / c as u64).max(1)
+    };
     let start = Instant::now();
     let mut handles = Vec::new();
     for _ in 0..c {
-        let bind = if addr.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" };
+        let bind = if addr.is_ipv6() {
+            "[::]:0"
+        } else {
+            "0.0.0.0:0"
+        };
         let s = UdpSocket::bind(bind).context("bind")?;
         s.connect(addr)?;
         let r = s.try_clone()?;
@@ -195,8 +219,10 @@ fn udp(addr: SocketAddr, c: usize, secs: f64, size: usize, rate: u64) -> anyhow:
     }
     let el = start.elapsed().as_secs_f64();
     let (s, g) = (sent.load(Ordering::Relaxed), got.load(Ordering::Relaxed));
-    Ok(json!({"mode": "udp", "sent": s, "received": g, "seconds": el,
-              "delivered_per_second": g as f64 / el, "loss": if s > 0 { 1.0 - g as f64 / s as f64 } else { 0.0 }}))
+    Ok(
+        json!({"mode": "udp", "sent": s, "received": g, "seconds": el,
+              "delivered_per_second": g as f64 / el, "loss": if s > 0 { 1.0 - g as f64 / s as f64 } else { 0.0 }}),
+    )
 }
 
 fn echo_server(addr: SocketAddr) -> anyhow::Result<()> {
@@ -224,9 +250,25 @@ fn echo_server(addr: SocketAddr) -> anyhow::Result<()> {
 fn main() -> anyhow::Result<()> {
     let out = match Cli::parse().mode {
         Mode::EchoServer { addr } => return echo_server(addr),
-        Mode::ConnRate { addr, concurrency, seconds, size } => conn_rate(addr, concurrency, seconds.min(600.0), size),
-        Mode::Rr { addr, concurrency, seconds, size } => rr(addr, concurrency, seconds.min(600.0), size)?,
-        Mode::Udp { addr, concurrency, seconds, size, rate } => udp(addr, concurrency, seconds.min(600.0), size, rate)?,
+        Mode::ConnRate {
+            addr,
+            concurrency,
+            seconds,
+            size,
+        } => conn_rate(addr, concurrency, seconds.min(600.0), size),
+        Mode::Rr {
+            addr,
+            concurrency,
+            seconds,
+            size,
+        } => rr(addr, concurrency, seconds.min(600.0), size)?,
+        Mode::Udp {
+            addr,
+            concurrency,
+            seconds,
+            size,
+            rate,
+        } => udp(addr, concurrency, seconds.min(600.0), size, rate)?,
     };
     println!("{out}");
     Ok(())

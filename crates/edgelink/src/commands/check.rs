@@ -148,7 +148,8 @@ pub fn run(cfg: &Config, env: &Env) -> Result<(), PluginError> {
     if !matches!(cfg.ipam, Ipam::None) {
         addressing::check(cfg, env, &ips)?;
     }
-    let Some(record) = RecordStore::new(&cfg.state_dir).read(&env.container_id, &env.ifname)? else {
+    let Some(record) = RecordStore::new(&cfg.state_dir).read(&env.container_id, &env.ifname)?
+    else {
         return Err(failed(format!(
             "the attachment record of container {} ifname {} is missing from {}",
             env.container_id,

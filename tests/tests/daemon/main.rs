@@ -1,0 +1,17 @@
+//! Scenario tests for `edgelinkd`, the node daemon: the demo's topology
+//! (node, device, a pod whose eth0 reaches a cluster client and whose net1
+//! comes from the plugin with forwards) built in namespaces each test
+//! creates, with the daemon running in the node namespace and traffic sent
+//! from the client through the pod's forwards to the device.
+//! Run as root; `make test` builds the binaries first.
+
+mod lab;
+
+mod cli;
+mod lifecycle;
+mod pods;
+mod records;
+mod security;
+mod tcp;
+mod udp;
+mod visibility;

@@ -1,0 +1,356 @@
+//! What the daemon shows: /status, /metrics, /healthz, /livez, the
+//! `edgelinkd status` table, the status webhook.
+
+use crate::lab::*;
+use edgelink_tests::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[test]
+fn metrics_and_status_show_the_traffic_that_was_sent() {
+    let l = DLab::new();
+    // TCP: three echo connections of 1000 bytes each.
+    for i in 0..3u8 {
+        let msg = vec![b'a' + i; 1000];
+        let mut s = l.connect(API).unwrap();
+        assert_eq!(echo(&mut s, &msg), msg);
+        s.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(read_end(&mut s), Ended::Eof);
+    }
+    // One upload of 4321 bytes, answered with "4321\n".
+    let mut s = l.connect(DRAIN).unwrap();
+    s.write_all(&[0u8; 4321]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut a = String::new();
+    s.read_to_string(&mut a).unwrap();
+    assert_eq!(a, "4321\n");
+    // UDP: one client, seven round trips.
+    assert!(crate::udp::udp_clients(&l, 1, 7).is_empty());
+
+    let s = l.wait_status(Duration::from_secs(5), "connections closed", |s| {
+        forward_of(s, "api")["activeConnections"] == 0
+            && forward_of(s, "drain")["activeConnections"] == 0
+    });
+    let a = &s["attachments"][0];
+    assert_eq!(s["attachments"].as_array().unwrap().len(), 1);
+    assert_eq!(a["containerId"], CID);
+    assert_eq!(a["ifname"], "net1");
+    assert_eq!(a["network"], NET);
+    assert_eq!(a["podNamespace"], "hil");
+    assert_eq!(a["podName"], "proxy-0");
+    assert_eq!(a["netns"], l.pod.path());
+    assert_eq!(a["mode"], "bridge");
+    assert_eq!(a["state"], "serving");
+    assert_eq!(a["interface"]["name"], "net1");
+    assert_eq!(a["interface"]["ips"][0], format!("{}/24", l.net1_ip()));
+    assert_eq!(s["draining"], false);
+    assert!(s["lastReconcileAt"].as_u64().unwrap() > 0);
+    assert!(s["malformedRecords"].as_array().unwrap().is_empty());
+
+    let api = forward_of(&s, "api");
+    let want = [
+        ("totalConnections", 3),
+        ("activeConnections", 0),
+        ("bytesToTarget", 3000),
+        ("bytesToClient", 3000),
+        ("connectErrors", 0),
+        ("errors", 0),
+        ("refused", 0),
+    ];
+    for (k, v) in want {
+        assert_eq!(api[k], v, "api {k}: {api:#}");
+    }
+    assert_eq!(api["reachability"]["state"], "reachable");
+    assert_eq!(api["target"], format!("{DEVICE_V4}:{API}"));
+    assert_eq!(api["protocol"], "tcp");
+    let drain = forward_of(&s, "drain");
+    assert_eq!(
+        (
+            drain["bytesToTarget"].as_u64(),
+            drain["bytesToClient"].as_u64()
+        ),
+        (Some(4321), Some(5))
+    );
+    assert_eq!(drain["totalConnections"], 1);
+    let udp = forward_of(&s, "telemetry");
+    assert_eq!(udp["protocol"], "udp");
+    assert_eq!(udp["udpSessionsTotal"], 1, "{udp:#}");
+    assert_eq!(udp["udpDatagramsToTarget"], 7, "{udp:#}");
+    assert_eq!(udp["udpDatagramsToClient"], 7, "{udp:#}");
+    assert_eq!(udp["udpDrops"], 0, "{udp:#}");
+    // Untouched forwards show nothing.
+    for name in ["sink", "speak", "closed", "down"] {
+        let f = forward_of(&s, name);
+        assert_eq!(f["totalConnections"], 0, "{f:#}");
+        assert_eq!(f["bytesToTarget"], 0, "{f:#}");
+        assert_eq!(f["reachability"]["state"], "unknown", "{f:#}");
+    }
+
+    // /metrics has the same numbers, labelled by pod and forward.
+    let (code, head, text) = l.http("GET", "/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        head.to_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    let m = |name: &str, fwd: &str| {
+        metric_value(&text, name, fwd).unwrap_or_else(|| panic!("{name} {fwd}:\n{text}"))
+    };
+    assert_eq!(m("edgelink_connections_total", "api"), 3.0);
+    assert_eq!(m("edgelink_bytes_to_target_total", "api"), 3000.0);
+    assert_eq!(m("edgelink_bytes_to_client_total", "api"), 3000.0);
+    assert_eq!(m("edgelink_active_connections", "api"), 0.0);
+    assert_eq!(m("edgelink_connect_errors_total", "api"), 0.0);
+    assert_eq!(m("edgelink_bytes_to_target_total", "drain"), 4321.0);
+    assert_eq!(m("edgelink_bytes_to_client_total", "drain"), 5.0);
+    assert_eq!(m("edgelink_udp_sessions_total", "telemetry"), 1.0);
+    assert_eq!(
+        m("edgelink_udp_datagrams_to_target_total", "telemetry"),
+        7.0
+    );
+    assert_eq!(
+        m("edgelink_udp_datagrams_to_client_total", "telemetry"),
+        7.0
+    );
+    assert_eq!(m("edgelink_listener_up", "api"), 1.0);
+    assert_eq!(m("edgelink_target_reachable", "api"), 1.0);
+    assert_eq!(m("edgelink_target_reachable", "sink"), -1.0);
+    assert_eq!(l.metric_plain("edgelink_attachments"), 1.0);
+    let api_line = text
+        .lines()
+        .find(|x| x.starts_with("edgelink_connections_total{") && x.contains("forward=\"api\""))
+        .unwrap();
+    for label in [
+        "pod=\"proxy-0\"",
+        "pod_namespace=\"hil\"",
+        "network=\"plant-floor\"",
+        "protocol=\"tcp\"",
+    ] {
+        assert!(api_line.contains(label), "{api_line}");
+    }
+    assert!(text.trim_end().ends_with("# EOF"), "not OpenMetrics text");
+}
+
+#[test]
+fn healthz_and_livez_answer_200_with_json() {
+    let l = DLab::new();
+    for path in ["/healthz", "/livez"] {
+        let (code, head, body) = l.http("GET", path);
+        assert_eq!(code, 200, "{path}: {body}");
+        assert!(
+            head.to_lowercase()
+                .contains("content-type: application/json"),
+            "{head}"
+        );
+        let j: Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+        assert!(j["lastUpdated"].as_u64().unwrap() > 0, "{j}");
+        assert!(
+            j["currentTime"].as_u64().unwrap() >= j["lastUpdated"].as_u64().unwrap(),
+            "{j}"
+        );
+        assert_eq!(j["draining"], false);
+    }
+}
+
+#[test]
+fn edgelinkd_status_prints_a_table_naming_the_pod_and_its_forwards() {
+    let mut l = DLab::new();
+    l.echo_once(b"count me\n");
+    let node = l.lab.node.name.clone();
+    let run = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &node])
+            .arg(daemon_bin())
+            .arg("status")
+            .args(args)
+            .output()
+            .expect("edgelinkd status")
+    };
+    let out = run(&["--status-addr", "127.0.0.1:9310"]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{table} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(table.contains("attachments 1"), "{table}");
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|r| r.starts_with("hil/proxy-0"))
+        .collect();
+    assert_eq!(rows.len(), forwards().as_array().unwrap().len(), "{table}");
+    for (fwd, target) in [
+        ("api/tcp", format!("{DEVICE_V4}:{API}")),
+        ("telemetry/udp", format!("{DEVICE_V4}:{UDP}")),
+        ("down/tcp", format!("{DEAD_IP}:{DOWN}")),
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| r.contains(fwd))
+            .unwrap_or_else(|| panic!("no {fwd}: {table}"));
+        assert!(row.contains(&target) && row.contains("listening"), "{row}");
+    }
+    let api = rows.iter().find(|r| r.contains("api/tcp")).unwrap();
+    assert!(api.contains("reachable"), "{api}");
+    // --json is /status itself.
+    let out = run(&["--status-addr", "127.0.0.1:9310", "--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).expect("--json is JSON");
+    assert_eq!(forward_of(&j, "api")["totalConnections"], 1);
+
+    // No daemon: a clear error, quickly.
+    l.daemon().kill9();
+    let t = Instant::now();
+    let out = run(&["--status-addr", "127.0.0.1:9310"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach edgelinkd"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(3));
+}
+
+/// A tiny HTTP receiver in `ns` on `port`: records each request's
+/// (request line, body) and answers 204. Stops on drop (bounded anyway).
+struct Receiver {
+    got: Arc<Mutex<Vec<(String, String)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Receiver {
+    fn start(ns: &Netns, port: u16) -> Receiver {
+        let l = in_netns(ns, || {
+            std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the receiver")
+        });
+        l.set_nonblocking(true).unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (g, st) = (got.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(60);
+            while !st.load(Ordering::Relaxed) && Instant::now() < end {
+                let Ok((mut c, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let _ = c.set_nonblocking(false);
+                let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut buf = Vec::new();
+                let mut b = [0u8; 8192];
+                let (head, body) = loop {
+                    match c.read(&mut b) {
+                        Ok(0) | Err(_) => break (String::new(), String::new()),
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    if let Some((h, rest)) = text.split_once("\r\n\r\n") {
+                        let len: usize = h
+                            .lines()
+                            .find_map(|x| {
+                                let (k, v) = x.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse().ok())?
+                            })
+                            .unwrap_or(0);
+                        if rest.len() >= len {
+                            break (h.to_string(), rest[..len].to_string());
+                        }
+                    }
+                };
+                let _ = c.write_all(
+                    b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+                if !head.is_empty() {
+                    g.lock().unwrap().push((head, body));
+                }
+            }
+        });
+        Receiver {
+            got,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Attachment counts of the status documents received so far.
+    fn attachment_counts(&self) -> Vec<usize> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, b)| serde_json::from_str::<Value>(b).ok())
+            .map(|j| j["attachments"].as_array().map_or(usize::MAX, Vec::len))
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn the_status_webhook_posts_the_status_when_an_attachment_appears_and_goes() {
+    let mut l = DLab::with(Opts {
+        flags: &["--status-webhook", "http://127.0.0.1:18080/hook"],
+        daemon: false,
+        add: false,
+        ..Default::default()
+    });
+    // The receiver is not up yet when the daemon starts: the first POST
+    // fails and is retried (backoff from 1 s).
+    l.start_daemon();
+    std::thread::sleep(Duration::from_millis(300));
+    let rx = Receiver::start(&l.lab.node, 18080);
+    assert!(
+        wait_until(Duration::from_secs(4), || rx.attachment_counts().first()
+            == Some(&0)),
+        "the POST at start was not retried: {:?}",
+        rx.got.lock().unwrap()
+    );
+    assert!(l.daemon().log_text().contains("status webhook failed"));
+    // The relay is not held up meanwhile.
+    assert_eq!(l.get("/healthz").0, 200);
+    l.add();
+    assert!(
+        wait_until(Duration::from_secs(5), || rx
+            .attachment_counts()
+            .contains(&1)),
+        "no POST naming the new attachment: {:?}",
+        rx.attachment_counts()
+    );
+    {
+        let got = rx.got.lock().unwrap();
+        let (head, body) = got
+            .iter()
+            .find(|(_, b)| b.contains(CID))
+            .expect("a status naming the attachment");
+        assert!(head.starts_with("POST /hook HTTP/1.1"), "{head}");
+        assert!(
+            head.to_lowercase()
+                .contains("content-type: application/json"),
+            "{head}"
+        );
+        let j: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(j["attachments"][0]["podName"], "proxy-0");
+        assert!(j["attachments"][0]["forwards"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty()));
+    }
+    l.call("DEL").ok_empty();
+    assert!(
+        wait_until(Duration::from_secs(5), || rx.attachment_counts().last()
+            == Some(&0)
+            && rx.attachment_counts().len() >= 3),
+        "no POST after DEL: {:?}",
+        rx.attachment_counts()
+    );
+}
