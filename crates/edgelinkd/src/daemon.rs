@@ -48,6 +48,10 @@ impl Attachment {
         }
     }
 
+    fn has_failed_listener(&self) -> bool {
+        self.error.is_some() || self.forwards.iter().any(|f| f.lock().listener == "failed")
+    }
+
     fn status(&self) -> AttachmentStatus {
         AttachmentStatus {
             container_id: self.record.container_id.clone(),
@@ -220,7 +224,9 @@ impl Daemon {
         let stale: Vec<Key> = self
             .map()
             .iter()
-            .filter(|(k, a)| records.get(*k) != Some(&a.record))
+            // A listener that failed (port taken, netns not ready) is
+            // retried on every pass: the attachment is started afresh.
+            .filter(|(k, a)| records.get(*k) != Some(&a.record) || a.has_failed_listener())
             .map(|(k, _)| k.clone())
             .collect();
         for k in stale {

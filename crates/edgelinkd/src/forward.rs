@@ -91,25 +91,31 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         spec.port,
     )];
-    if spec.target.is_ipv6() {
-        addrs.push(SocketAddr::new(
-            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-            spec.port,
-        ));
-    }
+    // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
+    // device too; a pod without IPv6 simply has no such listener.
+    addrs.push(SocketAddr::new(
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        spec.port,
+    ));
     let mut tasks = Vec::new();
-    let mut bound = 0;
+    // The IPv4 listener is required (and the IPv6 one for an IPv6 target):
+    // a forward half up is reported failed, so it is retried.
+    let mut required_failed = false;
     for addr in addrs {
         let stream = spec.protocol == Protocol::Tcp;
         let sock = match ctx.factory.listener(addr, stream).await {
             Ok(s) => s,
+            Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() => {
+                tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
+                continue;
+            }
             Err(e) => {
                 f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
                 tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
+                required_failed = true;
                 continue;
             }
         };
-        bound += 1;
         let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %spec.target);
         let task = match spec.protocol {
             Protocol::Tcp => {
@@ -118,6 +124,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                     Ok(l) => tokio::spawn(accept_loop(l, ctx.clone_for()).instrument(span)),
                     Err(e) => {
                         f.error(e);
+                        required_failed = true;
                         continue;
                     }
                 }
@@ -165,7 +172,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         };
         tasks.push(task);
     }
-    if bound > 0 {
+    if !required_failed && !tasks.is_empty() {
         f.set_listener("listening");
         if spec.protocol == Protocol::Tcp && !ctx.daemon.args.probe_interval.is_zero() {
             tasks.push(tokio::spawn(probe_loop(ctx.clone_for())));

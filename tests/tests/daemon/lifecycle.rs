@@ -250,8 +250,7 @@ fn check_needs_the_daemon_when_the_attachment_has_forwards() {
     assert!(msg.contains("api"), "{msg}");
     drop(squat);
 
-    l.daemon().kill9();
-    l.start_daemon();
+    // The failed listener is retried on the next pass: no restart needed.
     l.wait_serving();
     l.call("CHECK").ok_empty();
 }
