@@ -722,104 +722,14 @@ pub fn daemon_bin() -> PathBuf {
     p
 }
 
-/// A running `edgelinkd` inside a lab's node namespace, killed on drop.
-pub struct Daemon {
-    pub child: std::process::Child,
-    /// Where its HTTP endpoint listens, inside the node namespace.
-    pub status_addr: String,
-    pub node: String,
-    pub state_dir: PathBuf,
-}
-
-impl Daemon {
-    /// `edgelinkd run` in `node` with `extra` flags; returns once its
-    /// control socket is up (bounded wait).
-    pub fn start(node: &Netns, state_dir: &std::path::Path, extra: &[&str]) -> Daemon {
-        let status_addr = "127.0.0.1:9310".to_string();
-        let sock = state_dir.join("edgelinkd.sock");
-        let _ = std::fs::remove_file(&sock);
-        let child = Command::new("ip")
-            .args(["netns", "exec", &node.name])
-            .arg(daemon_bin())
-            .args(["run", "--state-dir"])
-            .arg(state_dir)
-            .args(["--status-addr", &status_addr, "--log-level", "debug"])
-            .args(extra)
-            .stdout(Stdio::null())
-            // A file, not a pipe nobody reads: a chatty daemon would block.
-            .stderr(Stdio::from(
-                std::fs::File::create(state_dir.join("edgelinkd.log")).expect("daemon log"),
-            ))
-            .spawn()
-            .expect("spawn edgelinkd");
-        let mut d = Daemon {
-            child,
-            status_addr,
-            node: node.name.clone(),
-            state_dir: state_dir.to_path_buf(),
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !sock.exists() {
-            if let Ok(Some(st)) = d.child.try_wait() {
-                let err =
-                    std::fs::read_to_string(state_dir.join("edgelinkd.log")).unwrap_or_default();
-                panic!("edgelinkd exited early ({st}): {err}");
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "edgelinkd did not come up within 10 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        d
-    }
-
-    /// GET a path of the daemon's HTTP endpoint (from inside the node
-    /// namespace): (status code, body).
-    pub fn get(&self, path: &str) -> (u16, String) {
-        let script = format!(
-            "import urllib.request,sys\ntry:\n r=urllib.request.urlopen('http://{}{}',timeout=5); c=r.status; b=r.read()\nexcept urllib.error.HTTPError as e:\n c=e.code; b=e.read()\nsys.stdout.write(str(c)+'\\n'+b.decode())\n",
-            self.status_addr, path
-        );
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.node, "python3", "-c", &script])
-            .output()
-            .expect("python3");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (code, body) = text.split_once('\n').unwrap_or(("0", ""));
-        (code.trim().parse().unwrap_or(0), body.to_string())
-    }
-
-    /// The daemon's /status as JSON.
-    pub fn status(&self) -> Value {
-        let (code, body) = self.get("/status");
-        assert_eq!(code, 200, "{body}");
-        serde_json::from_str(&body).expect("status JSON")
-    }
-
-    /// kill -9 (for restart tests); the process is reaped.
-    pub fn kill9(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 impl Lab {
     /// Start the node daemon for this lab (needed by CHECK when the
-    /// attachment has forwards).
-    pub fn daemon(&self) -> Daemon {
-        Daemon::start(
+    /// attachment has forwards); its log is `<state>/edgelinkd.log`.
+    pub fn daemon(&self) -> Edgelinkd {
+        Edgelinkd::start(
             &self.node,
             self.state.path(),
+            self.state.path().join("edgelinkd.log"),
             &["--reconcile-interval", "1", "--probe-interval", "0"],
         )
     }
