@@ -48,7 +48,8 @@ demo:
 	$(MAKE) release
 	EDGELINK_BIN=$(PLUGIN) KEEP=$(KEEP) scripts/demo.sh
 
-# Side-by-side figures against the reference plugins (and, later, relays).
+# Side-by-side figures: the plugin against the reference plugins, the relay
+# against socat, HAProxy and nginx.
 # QUICK=1 runs one short round (CI).
 bench:
 	$(DEPS) test bench

@@ -5,7 +5,7 @@
 #
 # test   iproute2, containernetworking-plugins, podman, runc, busybox-static,
 #        and shellcheck (+ python3, normally present already)
-# bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk
+# bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk, strace
 # demo   iproute2, python3 (scripts/demo.sh)
 # all    all of them
 #
@@ -17,7 +17,7 @@
 set -euo pipefail
 
 readonly TEST_PKGS=(iproute2 containernetworking-plugins podman runc busybox-static shellcheck python3)
-readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk)
+readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace)
 readonly DEMO_PKGS=(iproute2 python3)
 
 usage() {
