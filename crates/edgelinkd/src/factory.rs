@@ -48,12 +48,19 @@ fn tcp_socket(domain: Domain) -> io::Result<Socket> {
     Ok(s)
 }
 
+/// Receive buffers of UDP sockets: a session's replies, and a listener's
+/// requests from all its clients.
+const UDP_SESSION_RCVBUF: usize = 1 << 20;
+const UDP_LISTENER_RCVBUF: usize = 4 << 20;
+
 fn udp_socket(domain: Domain) -> io::Result<Socket> {
-    Socket::new(
+    let s = Socket::new(
         domain,
         Type::DGRAM.nonblocking().cloexec(),
         Some(Protocol::UDP),
-    )
+    )?;
+    crate::sockopt::grow_rcvbuf(&s, UDP_SESSION_RCVBUF);
+    Ok(s)
 }
 
 fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
@@ -82,6 +89,7 @@ fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
         s.bind(&addr.into())?;
         s.listen(1024)?;
     } else {
+        crate::sockopt::grow_rcvbuf(&s, UDP_LISTENER_RCVBUF);
         s.bind(&addr.into())?;
     }
     Ok(s)

@@ -32,6 +32,19 @@ fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> i
     }
 }
 
+/// Give a UDP socket a receive buffer of `bytes`: SO_RCVBUFFORCE (the
+/// daemon has CAP_NET_ADMIN) past `net.core.rmem_max`, else as much as
+/// SO_RCVBUF allows. A relay under a burst drops at the socket whose buffer
+/// fills first; the kernel's default (~212 KB, ~90 datagrams of 1400 bytes)
+/// is too small for a burst of replies.
+pub fn grow_rcvbuf(s: &socket2::Socket, bytes: usize) {
+    const SO_RCVBUFFORCE: libc::c_int = 33;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    if set_int(s.as_raw_fd(), libc::SOL_SOCKET, SO_RCVBUFFORCE, v).is_err() {
+        let _ = s.set_recv_buffer_size(bytes);
+    }
+}
+
 /// Make accepted connections remember their ingress interface.
 pub fn enable_pktinfo(s: &impl AsRawFd, v6: bool) -> io::Result<()> {
     if v6 {
