@@ -42,6 +42,8 @@ import tempfile
 import threading
 import time
 
+from cni import machine  # scripts/bench/cni.py: the same machine line in both halves
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
@@ -927,13 +929,6 @@ def best_peer(results, subjects, key, higher):
     return (max if higher else min)(vals)
 
 
-def machine():
-    cpu = "unknown"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return "%s, %d cores, kernel %s" % (cpu, os.cpu_count(), os.uname().release)
 
 
 def version(argv):
