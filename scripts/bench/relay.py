@@ -467,7 +467,7 @@ class Lab:
         mode) with the forwards; returns net1's address."""
         self.daemon = self.procs.start("edgelinkd", NODE, [
             DAEMON, "run", "--state-dir", self.state, "--status-addr", "127.0.0.1:9310",
-            "--log-level", "warn", "--probe-interval", "0"])
+            "--log-level", "warn", "--probe-interval", "0"] + os.environ.get("EDGELINKD_ARGS", "").split())
         sock = os.path.join(self.state, "edgelinkd.sock")
         wait_for("edgelinkd's control socket", lambda: os.path.exists(sock), self.daemon, self.procs)
         conf = {"cniVersion": "1.0.0", "name": "relay-bench", "type": "edgelink", "mode": "bridge",
@@ -1170,6 +1170,7 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (default 3, 1 with --quick)")
     ap.add_argument("--out", help="write the markdown section here")
     ap.add_argument("--only", help="comma-separated subjects: direct,socat,haproxy,haproxy1m,nginx,edgelinkd")
+    ap.add_argument("--measures", help="comma-separated measures (default all): idle,tcp1,tcp8,conn,rr,udp,profile")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("relay bench: run as root (network namespaces)")
@@ -1184,6 +1185,10 @@ def main():
     if missing:
         raise SystemExit("relay bench: missing %s (make bench builds and installs everything)" % ", ".join(missing))
     only = set(a.only.split(",")) if a.only else None
+    picked = set(a.measures.split(",")) if a.measures else None
+
+    def wanted(key):
+        return picked is None or key in picked
 
     global FD_LIMIT
     FD_LIMIT = raise_nofile()
@@ -1204,16 +1209,17 @@ def main():
         results = {s.name: {} for s in subjects}
         errors = []
         measures = [
-            ("TCP 1 stream", bench.iperf1),
-            ("TCP 8 streams", lambda s: {"gbps8": bench.iperf(s, 8)["gbps"]}),
-            ("short connections", bench.conn_rate),
-            ("request/reply", bench.rr),
-        ] + [("UDP %d client%s at %d/s" % (c, "" if c == 1 else "s", r),
+            ("tcp1", "TCP 1 stream", bench.iperf1),
+            ("tcp8", "TCP 8 streams", lambda s: {"gbps8": bench.iperf(s, 8)["gbps"]}),
+            ("conn", "short connections", bench.conn_rate),
+            ("rr", "request/reply", bench.rr),
+        ] + [("udp", "UDP %d client%s at %d/s" % (c, "" if c == 1 else "s", r),
               (lambda k, c, r: lambda s: bench.udp(s, k, c, r))(k, c, r)) for k, c, r in UDP_LOADS]
+        measures = [(t, fn) for key, t, fn in measures if wanted(key)]
         # Idle connections first, once, while every relay is fresh: a
         # process keeps the memory it freed, so a second time would find it
         # resident already and show (almost) nothing.
-        for s in subjects:
+        for s in (subjects if wanted("idle") else []):
             try:
                 got = idle_memory(s, min(idle_n, SOCAT_IDLE_MAX) if s.name == "socat" else idle_n)
             except (RuntimeError, SystemExit, OSError) as e:
@@ -1239,7 +1245,9 @@ def main():
                         results[s.name].setdefault(key, []).append(v)
                     line.append("%s %s" % (s.name, " ".join("%s=%.4g" % kv for kv in got.items())))
                 print("round %d %s: %s" % (r + 1, title, "; ".join(line)), flush=True)
-        if shutil.which("strace"):
+        if not wanted("profile"):
+            profile = None
+        elif shutil.which("strace"):
             profile = syscall_profiles(bench, subjects, results, secs)
         else:
             profile = None

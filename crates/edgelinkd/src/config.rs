@@ -56,6 +56,16 @@ fn pipe_size(s: &str) -> Result<usize, String> {
     Ok(v)
 }
 
+fn bulk_lowat(s: &str) -> Result<usize, String> {
+    let v: usize = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    if v > 16 << 20 {
+        return Err(format!("{v} is above 16777216 bytes"));
+    }
+    Ok(v)
+}
+
 fn webhook(s: &str) -> Result<String, String> {
     if s.starts_with("http://") && s.len() > 7 {
         Ok(s.to_string())
@@ -84,6 +94,11 @@ pub struct RunArgs {
     /// Size of each splice pipe, in bytes.
     #[arg(long, default_value = "1048576", value_parser = pipe_size)]
     pub pipe_size: usize,
+    /// Bulk mode of TCP relays: once a wakeup finds this many bytes waiting,
+    /// wait for this many (SO_RCVLOWAT, at most 1 ms) before the next one
+    /// (bytes; 0: off).
+    #[arg(long, default_value = "262144", value_parser = bulk_lowat)]
+    pub bulk_lowat: usize,
     /// UDP sessions idle this long are closed (seconds).
     #[arg(long, default_value = "60", value_parser = secs)]
     pub udp_idle_timeout: Duration,

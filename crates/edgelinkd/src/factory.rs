@@ -86,6 +86,8 @@ fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
         // The ingress interface of each accepted connection (IP_PKTOPTIONS)
         // tells private-side connections apart.
         crate::sockopt::enable_pktinfo(&s, addr.is_ipv6())?;
+        // Accepted sockets inherit TCP_NODELAY: no setsockopt per connection.
+        s.set_tcp_nodelay(true)?;
         s.bind(&addr.into())?;
         s.listen(1024)?;
     } else {

@@ -245,7 +245,8 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx) {
     Counters::inc(&c.total);
     Counters::inc(&c.active);
     let _active = Active(c);
-    let _ = client.set_nodelay(true);
+    // TCP_NODELAY: the client's comes from the listener, the upstream's
+    // from the factory.
     let target = f.spec.target;
     let upstream = match connect(&ctx, target).await {
         Ok(s) => {
@@ -264,6 +265,8 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx) {
     };
     let cfg = TcpRelayConfig {
         pipe_size: ctx.daemon.args.pipe_size,
+        bulk_lowat: ctx.daemon.args.bulk_lowat,
+        set_nodelay: false,
         ..Default::default()
     };
     let mut close = ctx.close.clone();

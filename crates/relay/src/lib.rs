@@ -7,8 +7,8 @@
 //! handed in ready-made, or made through a [`SocketSource`] the caller
 //! implements (the node daemon creates them inside the right namespace).
 //!
-//! Unsafe code is confined to the batched UDP syscalls (`udp::mmsg`); the
-//! rest goes through nix's safe wrappers (splice, pipe2, fcntl).
+//! Unsafe code is confined to the batched UDP syscalls (`udp::mmsg`) and
+//! one socket option (`sockopt`); the rest goes through nix's safe wrappers (splice, pipe2, fcntl).
 //!
 //! splice(2) into a socket whose peer is gone raises SIGPIPE: the process
 //! must ignore it, as every Rust binary does unless told otherwise.
@@ -17,6 +17,8 @@
 
 pub mod counters;
 pub mod pipe;
+#[allow(unsafe_code)]
+mod sockopt;
 pub mod tcp;
 pub mod udp;
 

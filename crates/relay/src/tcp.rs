@@ -28,7 +28,7 @@ use nix::fcntl::SpliceFFlags;
 use socket2::SockRef;
 use std::io;
 use std::net::Shutdown;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
@@ -56,13 +56,35 @@ pub struct TcpRelayConfig {
     /// with bytes to rescue from its pipe. For tests and for measuring the
     /// copy path; never set in production.
     pub force_copy: bool,
+    /// Bulk mode: once a wakeup found at least this many bytes waiting, the
+    /// source's SO_RCVLOWAT is raised to it, so that the next wakeup comes
+    /// with this much to move rather than with every segment that lands
+    /// (fewer wakeups and splices per byte). A wait that sees no wakeup
+    /// within [`BULK_TAIL`] drops back to 1, so the tail of a transfer and
+    /// small messages are never held back longer than that. 0 turns bulk
+    /// mode off.
+    pub bulk_lowat: usize,
+    /// Set TCP_NODELAY on both sockets (the relay passes on each burst as
+    /// it comes and marks bulk transfers with SPLICE_F_MORE itself). A
+    /// caller whose sockets have it already (accepted from a listener that
+    /// has it, made with it) saves two syscalls per connection with false.
+    pub set_nodelay: bool,
 }
+
+/// How long a direction in bulk mode waits for `bulk_lowat` bytes before it
+/// takes whatever arrived.
+pub const BULK_TAIL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The default [`TcpRelayConfig::bulk_lowat`].
+pub const DEFAULT_BULK_LOWAT: usize = 256 * 1024;
 
 impl Default for TcpRelayConfig {
     fn default() -> Self {
         TcpRelayConfig {
             pipe_size: DEFAULT_PIPE_SIZE,
             force_copy: false,
+            bulk_lowat: DEFAULT_BULK_LOWAT,
+            set_nodelay: true,
         }
     }
 }
@@ -76,8 +98,8 @@ impl Default for TcpRelayConfig {
 /// are the caller's. Returns the first error of either direction, after
 /// both sockets were reset.
 ///
-/// Sets TCP_NODELAY on both sockets: the relay passes on each burst as it
-/// comes, and marks bulk transfers with SPLICE_F_MORE itself.
+/// Sets TCP_NODELAY on both sockets unless told not to
+/// ([`TcpRelayConfig::set_nodelay`]).
 ///
 /// Dropping the future closes both sockets (without a reset) and returns
 /// its pipes to the pool.
@@ -88,9 +110,15 @@ pub async fn splice_duplex(
     counters: &Counters,
     cfg: &TcpRelayConfig,
 ) -> io::Result<()> {
-    // Best effort: a socket that is already reset fails at the first splice.
-    let _ = client.set_nodelay(true);
-    let _ = upstream.set_nodelay(true);
+    if cfg.set_nodelay {
+        // Best effort: a socket that is already reset fails at the first
+        // splice.
+        let _ = client.set_nodelay(true);
+        let _ = upstream.set_nodelay(true);
+    }
+    // Set by the direction that ends first: the second one leaves its end
+    // of file to close(2), which follows at once, instead of a shutdown.
+    let ended = AtomicBool::new(false);
 
     let to_target = Direction {
         src: &client,
@@ -98,6 +126,7 @@ pub async fn splice_duplex(
         pool,
         bytes: &counters.bytes_to_target,
         fallbacks: &counters.splice_fallbacks,
+        ended: &ended,
         cfg,
     };
     let to_client = Direction {
@@ -106,6 +135,7 @@ pub async fn splice_duplex(
         pool,
         bytes: &counters.bytes_to_client,
         fallbacks: &counters.splice_fallbacks,
+        ended: &ended,
         cfg,
     };
     let result = tokio::try_join!(to_target.run(), to_client.run());
@@ -131,6 +161,7 @@ struct Direction<'a> {
     pool: &'a PipePool,
     bytes: &'a AtomicU64,
     fallbacks: &'a AtomicU64,
+    ended: &'a AtomicBool,
     cfg: &'a TcpRelayConfig,
 }
 
@@ -163,12 +194,28 @@ enum Filled {
     Partial,
     /// The source has nothing now (its readiness is cleared).
     WouldBlock,
+    /// Bytes moved, and the source has nothing more now (its readiness is
+    /// cleared).
+    Dry,
 }
 
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_NONBLOCK.union(SpliceFFlags::SPLICE_F_MOVE);
 
 fn splice_refused(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS))
+}
+
+/// The size of a pipe slot's page.
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .and_then(|v| usize::try_from(v).ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(65536)
+    })
 }
 
 fn would_block(e: &io::Error) -> bool {
@@ -185,6 +232,17 @@ impl<'a> Direction<'a> {
                 self.copy(pipe, eof).await
             }
         }
+    }
+
+    /// Pass the source's end of file on to the destination. When the other
+    /// direction has ended already, both sockets are closed as soon as this
+    /// one returns, and close(2) sends the FIN: both receive queues were
+    /// read to their end, so it cannot turn into a reset.
+    fn pass_eof(&self) -> io::Result<()> {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        SockRef::from(self.dst).shutdown(Shutdown::Write)
     }
 
     /// Bytes the direction may put in `pipe` now.
@@ -206,13 +264,27 @@ impl<'a> Direction<'a> {
                 return Ok(Filled::Full);
             }
             let had = pipe.len();
+            // A splice stops short because the source ran dry or because
+            // the pipe ran out of slots (one per page or segment, each
+            // holding at least a byte). Fewer bytes in the pipe than it has
+            // slots rules out the second: the source was empty when read,
+            // and its readiness can be cleared now rather than by an EAGAIN
+            // from one more splice. Clearing it inside the same try_io
+            // keeps any wakeup that came after the splice started.
+            let slots = pipe.capacity() / page_size();
+            let mut dry = 0usize;
             let filled = src.try_io(Interest::READABLE, || {
                 match pipe.splice_from(src, want, FLAGS) {
                     Err(e) if would_block(&e) && had > 0 => Ok(Fill::Stalled),
+                    Ok(n) if n > 0 && n < want && had + n < slots => {
+                        dry = n;
+                        Err(io::ErrorKind::WouldBlock.into())
+                    }
                     r => r.map(Fill::Moved),
                 }
             });
             match filled {
+                Err(e) if would_block(&e) && dry > 0 => return Ok(Filled::Dry),
                 Ok(Fill::Moved(0)) => return Ok(Filled::Eof),
                 // Less than asked: the source is (nearly) empty. Splicing
                 // again would most likely cost an EAGAIN before the drain.
@@ -231,19 +303,27 @@ impl<'a> Direction<'a> {
         // The last fill took all the room: the source likely has more.
         let mut more = false;
         let mut budget = YIELD_EVERY;
+        // Bytes taken from the source since it was last waited for, and the
+        // source's SO_RCVLOWAT now.
+        let mut taken = 0usize;
+        let mut lowat = 1usize;
         loop {
             // Source → pipe.
             if !eof {
                 if pipe.is_none() {
                     // Idle: hold no pipe until there is something to move.
-                    self.src.readable().await?;
+                    self.wait_readable(taken, &mut lowat).await?;
+                    taken = 0;
                     pipe = Some(self.pool.acquire()?);
                 }
                 if let Some(p) = pipe.as_mut() {
-                    match self.fill(p) {
+                    let before = p.len();
+                    let filled = self.fill(p);
+                    taken += p.len().saturating_sub(before);
+                    match filled {
                         Ok(Filled::Eof) => eof = true,
                         Ok(Filled::Full) => more = true,
-                        Ok(Filled::Stalled | Filled::Partial) => more = false,
+                        Ok(Filled::Stalled | Filled::Partial | Filled::Dry) => more = false,
                         Ok(Filled::WouldBlock) => {
                             more = false;
                             if p.is_empty() {
@@ -289,7 +369,7 @@ impl<'a> Direction<'a> {
                 }
                 _ if eof => {
                     drop(pipe);
-                    SockRef::from(self.dst).shutdown(Shutdown::Write)?;
+                    self.pass_eof()?;
                     return Ok(Spliced::Done);
                 }
                 _ => {}
@@ -299,6 +379,32 @@ impl<'a> Direction<'a> {
             if budget == 0 {
                 budget = YIELD_EVERY;
                 tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    /// Wait until the source has bytes, in bulk mode (see
+    /// [`TcpRelayConfig::bulk_lowat`]) for `bulk_lowat` of them. `taken` is
+    /// what the last wakeup moved; `lowat` the socket's current setting.
+    async fn wait_readable(&self, taken: usize, lowat: &mut usize) -> io::Result<()> {
+        let bulk = self.cfg.bulk_lowat;
+        let want = if bulk > 1 && taken >= bulk { bulk } else { 1 };
+        if want != *lowat {
+            // Lowering it wakes the waiter at once if bytes are there.
+            crate::sockopt::set_rcvlowat(self.src, want)?;
+            *lowat = want;
+        }
+        if *lowat == 1 {
+            return self.src.readable().await;
+        }
+        match tokio::time::timeout(BULK_TAIL, self.src.readable()).await {
+            Ok(r) => r,
+            Err(_) => {
+                // The tail of a burst, or the sender slowed down: take what
+                // there is from now on.
+                crate::sockopt::set_rcvlowat(self.src, 1)?;
+                *lowat = 1;
+                self.src.readable().await
             }
         }
     }
@@ -321,7 +427,7 @@ impl<'a> Direction<'a> {
                         // Empty: back to the pool.
                         pipe = None;
                         if eof {
-                            SockRef::from(self.dst).shutdown(Shutdown::Write)?;
+                            self.pass_eof()?;
                             return Ok(());
                         }
                         match self.src.try_read(&mut buf) {

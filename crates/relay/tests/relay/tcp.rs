@@ -485,3 +485,98 @@ fn the_future_of_a_connection_is_small() {
         assert!(size <= 2048, "splice_duplex future is {size} bytes");
     });
 }
+
+/// Bulk mode raises SO_RCVLOWAT after a large burst; a small message after
+/// it (the tail of a transfer, or a request on the same connection) must
+/// still go through, and the connection must fall back to small messages.
+#[test]
+fn small_messages_after_a_bulk_burst_are_not_held_back() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (echo, _server) = echo_server().await;
+        let relay = TcpRelay::start(echo, TcpRelayConfig::default()).await;
+        let conn = TcpStream::connect(relay.addr).await.unwrap();
+        conn.set_nodelay(true).unwrap();
+        let (mut rd, mut wr) = conn.into_split();
+        const BULK: usize = 8 << 20;
+        // Far above the bulk threshold, so that both directions go bulk.
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut got = 0;
+            while got < BULK {
+                let n = rd.read(&mut buf).await.unwrap();
+                assert!(n > 0, "end of file after {got} bytes");
+                got += n;
+            }
+            rd
+        });
+        let chunk = vec![0x5au8; 1 << 20];
+        for _ in 0..BULK / chunk.len() {
+            wr.write_all(&chunk).await.unwrap();
+        }
+        let mut rd = timeout(Duration::from_secs(20), reader)
+            .await
+            .expect("bulk echo timed out")
+            .unwrap();
+        // Then request/reply with a few bytes each: each reply must come
+        // (a held-back tail would stall here until the deadline).
+        for i in 0..200u32 {
+            let msg = format!("request {i:05}");
+            wr.write_all(msg.as_bytes()).await.unwrap();
+            let mut reply = vec![0u8; msg.len()];
+            timeout(Duration::from_secs(5), rd.read_exact(&mut reply))
+                .await
+                .unwrap_or_else(|_| panic!("reply {i} never came"))
+                .unwrap();
+            assert_eq!(reply, msg.as_bytes());
+        }
+        wr.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        timeout(Duration::from_secs(5), rd.read_to_end(&mut rest))
+            .await
+            .expect("end of file timed out")
+            .expect("a clean end of file, not a reset");
+        assert!(rest.is_empty());
+        relay.wait_finished(1, Duration::from_secs(5)).await;
+        assert!(relay.results.lock().unwrap()[0].is_ok());
+        let total = (BULK + 200 * 13) as u64;
+        assert_eq!(relay.counters.bytes_to_target.load(Ordering::Relaxed), total);
+        assert_eq!(relay.counters.bytes_to_client.load(Ordering::Relaxed), total);
+    });
+}
+
+/// Thousands of one-byte segments: the pipe's slots run out long before
+/// its bytes do, so a short splice must not be taken for a drained socket.
+#[test]
+fn many_one_byte_segments_all_arrive() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = listen("127.0.0.1:0".parse().unwrap());
+        let server_addr = server.local_addr().unwrap();
+        const N: usize = 20_000;
+        let srv = tokio::spawn(async move {
+            let (mut conn, _) = server.accept().await.unwrap();
+            let mut all = Vec::new();
+            conn.read_to_end(&mut all).await.unwrap();
+            all
+        });
+        let cfg = TcpRelayConfig {
+            pipe_size: 64 * 1024,
+            ..TcpRelayConfig::default()
+        };
+        let relay = TcpRelay::start(server_addr, cfg).await;
+        let mut conn = TcpStream::connect(relay.addr).await.unwrap();
+        conn.set_nodelay(true).unwrap();
+        for i in 0..N {
+            conn.write_all(&[(i % 251) as u8]).await.unwrap();
+        }
+        conn.shutdown().await.unwrap();
+        let all = timeout(Duration::from_secs(20), srv)
+            .await
+            .expect("the server never saw end of file")
+            .unwrap();
+        assert_eq!(all.len(), N);
+        assert!(all.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        relay.wait_finished(1, Duration::from_secs(5)).await;
+    });
+}
