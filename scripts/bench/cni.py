@@ -20,6 +20,7 @@ import argparse
 import ctypes
 import json
 import os
+import signal
 import shutil
 import statistics
 import subprocess
@@ -233,6 +234,10 @@ def machine():
     return "%s, %d cores, kernel %s" % (cpu, os.cpu_count(), os.uname().release)
 
 
+def interrupted(*_):
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one short round (CI)")
@@ -243,6 +248,9 @@ def main():
         if not os.path.exists(b):
             raise SystemExit("missing %s (make bench builds and installs everything)" % b)
 
+    # SIGTERM (CI timeouts, Ctrl-C of make) unwinds through the finally
+    # below, which removes the namespaces.
+    signal.signal(signal.SIGTERM, interrupted)
     state = tempfile.mkdtemp(prefix="edgelink-bench-")
     lab = Lab(pods=max(16, (scale_n + 9) // 10 if scale_n > 160 else 16))
     started = time.time()

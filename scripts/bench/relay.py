@@ -294,6 +294,14 @@ def snmp(ns):
     return in_ns(ns, read)
 
 
+def forwarded():
+    """Datagrams a relay in the pod passed on, both ways: those the device
+    and the client received (Udp InDatagrams of their netns). Counted at
+    the receivers, since a relay that sends with UDP GSO makes one
+    OutDatagrams of many datagrams."""
+    return snmp(DEV)["InDatagrams"] + snmp(CLIENT)["InDatagrams"]
+
+
 def listening(ns, port, proto="tcp"):
     """Whether a socket in netns `ns` listens on `port` (TCP LISTEN, or a
     bound UDP socket)."""
@@ -674,16 +682,16 @@ class Bench:
     def udp(self, s, key, clients, rate):
         if not s.ports.get(UDP):
             return {}
-        u0, cpu0 = snmp(POD), cpu_seconds(s.pids())
+        u0, f0, cpu0 = snmp(POD), forwarded(), cpu_seconds(s.pids())
         secs = self.secs["udp"]
         r = run_json(CLIENT, [LOADGEN, "udp", "%s:%d" % (s.host, s.ports[UDP]), "--concurrency", str(clients),
                               "--rate", str(rate), "--size", "1400", "--seconds", str(secs)], secs + 30)
-        u1, cpu1 = snmp(POD), cpu_seconds(s.pids())
+        u1, f1, cpu1 = snmp(POD), forwarded(), cpu_seconds(s.pids())
         # Per second of sending (the client's own "seconds" also counts the
         # 200 ms it waits for late echoes).
         out = {key + "_pps": r["received"] / secs, key + "_loss": r["loss"]}
         if s.is_relay:
-            fwd = u1["OutDatagrams"] - u0["OutDatagrams"]
+            fwd = f1 - f0
             drops = (u1["RcvbufErrors"] - u0["RcvbufErrors"]) + (u1.get("SndbufErrors", 0) - u0.get("SndbufErrors", 0))
             out[key + "_fwd_pps"] = fwd / secs
             out[key + "_cpu_us"] = (cpu1 - cpu0) * 1e6 / fwd if fwd else float("nan")
@@ -835,10 +843,10 @@ def syscall_profiles(bench, subjects, results, secs):
                                  "--seconds", str(t)], t + 30)["connections"]
 
     def udp(s):
-        u0 = snmp(POD)
+        f0 = forwarded()
         run_json(CLIENT, [LOADGEN, "udp", "%s:%d" % (s.host, s.ports[UDP]), "--rate", "100000", "--size", "1400",
                           "--seconds", str(t)], t + 30)
-        return snmp(POD)["OutDatagrams"] - u0["OutDatagrams"]
+        return forwarded() - f0
 
     out = []
     for title, unit, fn, key, higher in (("TCP 1 stream", "MB", tcp, "gbps1", True),
@@ -992,8 +1000,9 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started):
               [(key + "_" + k, t, f, h) for k, t, f, h in UDP_COLUMNS])
         w("")
     w("HAProxy has no UDP proxy. socat's `UDP4-RECVFROM,fork` forks one child per datagram. "
-      "Delivered: echoes back at the client per second of sending. Forwarded: the pod netns's Udp "
-      "OutDatagrams (both directions). Dropped at the relay's sockets: the pod netns's "
+      "Delivered: echoes back at the client per second of sending. Forwarded: datagrams received by "
+      "the device and the client netns (Udp InDatagrams; both directions; counted at the receivers because "
+      "a relay sending with UDP GSO makes one OutDatagrams of many). Dropped at the relay's sockets: the pod netns's "
       "RcvbufErrors+SndbufErrors, as a share of the datagrams that reached them. With the client, "
       "the relay and the echo sharing %d cores, delivered packets are partly a measure of CPU "
       "contention; the relay's own CPU per datagram is the cleaner figure." % os.cpu_count())

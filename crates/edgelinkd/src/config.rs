@@ -20,6 +20,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Serve every attachment recorded under the state directory.
     Run(RunArgs),
@@ -105,6 +107,10 @@ pub struct RunArgs {
     /// UDP sessions per forward; the oldest is evicted beyond this.
     #[arg(long, default_value = "4096", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub udp_max_sessions: u32,
+    /// Send runs of same-size UDP datagrams as one UDP_SEGMENT (GSO) message
+    /// (turned off by itself where the path refuses it).
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_parser = clap::value_parser!(bool))]
+    pub udp_gso: bool,
     /// Ready upstream TCP sockets kept per pod namespace (0: make each on demand).
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=4096))]
     pub socket_pool: u32,

@@ -133,6 +133,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                 let cfg = UdpConfig {
                     idle_timeout: ctx.daemon.args.udp_idle_timeout,
                     max_sessions: ctx.daemon.args.udp_max_sessions as usize,
+                    gso: ctx.daemon.args.udp_gso,
                     ..Default::default()
                 };
                 let private = ctx.private.clone();

@@ -180,6 +180,12 @@ fn udp(
             "0.0.0.0:0"
         };
         let s = UdpSocket::bind(bind).context("bind")?;
+        // The replies of a relay that sends in batches come in bursts: an
+        // 8 MiB buffer (as the bench's echo has) keeps the client's own
+        // buffer from being where they are lost. Needs CAP_NET_ADMIN beyond
+        // net.core.rmem_max; best effort.
+        let _ =
+            nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &(8 << 20));
         s.connect(addr)?;
         let r = s.try_clone()?;
         r.set_read_timeout(Some(Duration::from_millis(200)))?;

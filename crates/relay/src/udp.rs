@@ -6,7 +6,8 @@
 //! each group with one sendmmsg(2) on that session's connected socket. Each
 //! session has a small task that reads its socket with recvmmsg and answers
 //! its client with sendmmsg on the listener, from the address the client
-//! wrote to. Nothing blocks a tokio worker: every syscall is non-blocking,
+//! wrote to. Runs of same-size datagrams go out as one UDP_SEGMENT (GSO)
+//! message (see [`UdpConfig::gso`]). Nothing blocks a tokio worker: every syscall is non-blocking,
 //! driven by tokio's readiness; a datagram that finds a full socket buffer
 //! is dropped and counted, as the network would.
 //!
@@ -26,6 +27,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::Interest;
@@ -53,6 +55,11 @@ pub struct UdpConfig {
     pub max_sessions: usize,
     /// Datagrams per recvmmsg/sendmmsg (1 to 64).
     pub batch: usize,
+    /// Send runs of same-size datagrams as one UDP_SEGMENT (GSO) message
+    /// each. Turned off for the rest of a direction's life at the first
+    /// refusal (a path without checksum offload, an MTU below the
+    /// datagrams), and the datagrams are sent one by one instead.
+    pub gso: bool,
 }
 
 impl Default for UdpConfig {
@@ -60,7 +67,8 @@ impl Default for UdpConfig {
         UdpConfig {
             idle_timeout: Duration::from_secs(60),
             max_sessions: 4096,
-            batch: 32,
+            batch: 64,
+            gso: true,
         }
     }
 }
@@ -112,6 +120,8 @@ pub async fn serve_udp(
         max_sessions: cfg.max_sessions.max(1),
         clock: Clock::new(),
         created: created_tx,
+        gso_to_target: AtomicBool::new(cfg.gso),
+        gso_to_client: AtomicBool::new(cfg.gso),
     });
     let mut rx = RecvBatch::new(batch);
     let mut sweep = tokio::time::interval(sweep_period(cfg.idle_timeout));
@@ -231,6 +241,6 @@ mod tests {
     fn defaults() {
         let d = UdpConfig::default();
         assert_eq!(d.idle_timeout, Duration::from_secs(60));
-        assert_eq!((d.max_sessions, d.batch), (4096, 32));
+        assert_eq!((d.max_sessions, d.batch, d.gso), (4096, 64, true));
     }
 }

@@ -18,7 +18,8 @@ use std::ptr;
 pub(crate) const DATAGRAM_SIZE: usize = 2048;
 /// Most datagrams moved by one call.
 pub(crate) const MAX_BATCH: usize = 64;
-/// Room for one IP_PKTINFO or IPV6_PKTINFO control message and then some.
+/// Room for an IP_PKTINFO or IPV6_PKTINFO control message (32 or 40 bytes)
+/// and a UDP_SEGMENT one (24 bytes).
 const CMSG_SIZE: usize = 64;
 
 /// One datagram's control-message buffer, aligned for `cmsghdr`.
@@ -151,71 +152,156 @@ pub(crate) fn recv_batch(
     Ok(got)
 }
 
+/// Most datagrams in one UDP_SEGMENT send (the kernel's UDP_MAX_SEGMENTS).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most payload bytes in one UDP_SEGMENT send (below the 64 KiB an IP
+/// packet can carry, with room for the headers).
+const GSO_MAX_BYTES: usize = 65000;
+
 /// Send `msgs` (at most [`MAX_BATCH`]) without blocking, each to `to` (or
 /// on a connected socket when `None`), from `from` when given. Returns how
 /// many were sent; fails with `WouldBlock` when none could be.
+///
+/// With `gso`, runs of datagrams of one size (and a shorter last one) go
+/// out as one message with UDP_SEGMENT: the kernel passes each run through
+/// the stack once and cuts it into the same datagrams at the end (in
+/// software if the device cannot). A kernel or path that refuses it fails
+/// the call with EINVAL or EIO before anything of that message was sent;
+/// see [`gso_refused`].
 pub(crate) fn send_batch(
     fd: BorrowedFd<'_>,
     msgs: &[IoSlice<'_>],
     to: Option<&SockAddr>,
     from: Option<Local>,
+    gso: bool,
 ) -> io::Result<usize> {
     let n = msgs.len().min(MAX_BATCH);
     if n == 0 {
         return Ok(0);
     }
-    let mut cmsg = CmsgBuf([0; CMSG_SIZE]);
-    let controllen = from.map_or(0, |local| encode_pktinfo(&mut cmsg, local));
+    let mut cmsgs = [CmsgBuf([0; CMSG_SIZE]); MAX_BATCH];
+    let mut counts = [0usize; MAX_BATCH];
     // SAFETY: as in `recv_batch`, all-zero is a valid mmsghdr.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
     // IoSlice is guaranteed to be ABI compatible with iovec.
     let iovs = msgs.as_ptr().cast::<libc::iovec>().cast_mut();
-    let control = ptr::addr_of_mut!(cmsg).cast::<libc::c_void>();
-    for (i, mm) in hdrs.iter_mut().take(n).enumerate() {
-        let h = &mut mm.msg_hdr;
+    let mut groups = 0;
+    let mut i = 0;
+    while i < n {
+        let len = msgs[i].len();
+        let mut j = i + 1;
+        if gso && len > 0 {
+            let limit = (GSO_MAX_BYTES / len).min(GSO_MAX_SEGMENTS);
+            while j < n && j - i < limit && msgs[j].len() == len {
+                j += 1;
+            }
+            // Only the last segment may be shorter.
+            if j < n && j - i < limit && (1..len).contains(&msgs[j].len()) {
+                j += 1;
+            }
+        }
+        let count = j - i;
+        let buf = &mut cmsgs[groups];
+        let mut controllen = 0;
+        if let Some(local) = from {
+            controllen += encode_pktinfo(buf, controllen, local);
+        }
+        if count > 1 {
+            // `len` is at most GSO_MAX_BYTES / 2 here.
+            controllen += encode_cmsg(
+                buf,
+                controllen,
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                len as u16,
+            );
+        }
+        let h = &mut hdrs[groups].msg_hdr;
         if let Some(to) = to {
             h.msg_name = to.as_ptr().cast_mut().cast();
             h.msg_namelen = to.len();
         }
         h.msg_iov = iovs.wrapping_add(i);
-        h.msg_iovlen = 1;
+        h.msg_iovlen = count as _;
         if controllen > 0 {
-            h.msg_control = control;
+            h.msg_control = ptr::addr_of_mut!(*buf).cast::<libc::c_void>();
             h.msg_controllen = controllen as _;
         }
+        counts[groups] = count;
+        groups += 1;
+        i = j;
     }
-    // SAFETY: the first `n` headers point to `n` live IoSlices (read only
-    // by sendmmsg, whatever the pointer's mutability), to `to` and to `cmsg`
-    // with its encoded length; all outlive the call.
+    // SAFETY: the first `groups` headers point to runs of live IoSlices
+    // within `msgs` (read only by sendmmsg, whatever the pointer's
+    // mutability), to `to` and to their own control buffer with its encoded
+    // length; all outlive the call.
     let sent = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
             hdrs.as_mut_ptr(),
-            n as _,
+            groups as _,
             libc::MSG_DONTWAIT as _,
         )
     };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(sent as usize)
+    Ok(counts[..sent as usize].iter().sum())
 }
 
-/// Write an IP_PKTINFO / IPV6_PKTINFO control message that makes the kernel
-/// send from `local`; returns its length.
-fn encode_pktinfo(buf: &mut CmsgBuf, local: Local) -> usize {
-    let (level, kind, len) = match local {
-        Local::V4(_) => (
+/// Whether a failed [`send_batch`] with `gso` may have failed for the
+/// UDP_SEGMENT itself (no checksum offload on the path: EIO; a segment
+/// size above the path's MTU or an old kernel: EINVAL, ENOPROTOOPT): send
+/// without it from then on.
+pub(crate) fn gso_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EMSGSIZE)
+    )
+}
+
+/// Write an IP_PKTINFO / IPV6_PKTINFO control message at `offset` that
+/// makes the kernel send from `local`; returns the space it took.
+fn encode_pktinfo(buf: &mut CmsgBuf, offset: usize, local: Local) -> usize {
+    match local {
+        Local::V4(addr) => encode_cmsg(
+            buf,
+            offset,
             libc::IPPROTO_IP,
             libc::IP_PKTINFO,
-            mem::size_of::<libc::in_pktinfo>(),
+            libc::in_pktinfo {
+                ipi_ifindex: 0,
+                ipi_spec_dst: libc::in_addr {
+                    s_addr: u32::from(addr).to_be(),
+                },
+                ipi_addr: libc::in_addr { s_addr: 0 },
+            },
         ),
-        Local::V6(_) => (
+        Local::V6(addr) => encode_cmsg(
+            buf,
+            offset,
             libc::IPPROTO_IPV6,
             libc::IPV6_PKTINFO,
-            mem::size_of::<libc::in6_pktinfo>(),
+            libc::in6_pktinfo {
+                ipi6_addr: libc::in6_addr {
+                    s6_addr: addr.octets(),
+                },
+                ipi6_ifindex: 0,
+            },
         ),
-    };
+    }
+}
+
+/// Write one control message carrying `data` at `offset` (a multiple of
+/// CMSG_SPACE, so aligned for `cmsghdr`); returns the space it took.
+fn encode_cmsg<T: Copy>(
+    buf: &mut CmsgBuf,
+    offset: usize,
+    level: libc::c_int,
+    kind: libc::c_int,
+    data: T,
+) -> usize {
+    let len = mem::size_of::<T>();
     // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
     let (space, cmsg_len) = unsafe {
         (
@@ -223,40 +309,21 @@ fn encode_pktinfo(buf: &mut CmsgBuf, local: Local) -> usize {
             libc::CMSG_LEN(len as u32) as usize,
         )
     };
-    debug_assert!(space <= CMSG_SIZE);
-    let base = buf.0.as_mut_ptr();
+    assert!(offset + space <= CMSG_SIZE, "control buffer too small");
     let header = libc::cmsghdr {
         cmsg_len: cmsg_len as _,
         cmsg_level: level,
         cmsg_type: kind,
     };
-    // SAFETY: the buffer is CMSG_SIZE bytes, aligned for cmsghdr, and the
-    // header plus its data take `space <= CMSG_SIZE` bytes; the data starts
-    // CMSG_LEN(0) bytes in, as CMSG_DATA would say.
+    // SAFETY: the buffer is CMSG_SIZE bytes and aligned for cmsghdr;
+    // `offset` is 0 or the CMSG_SPACE of earlier messages, so aligned too,
+    // and the header plus its data take `space` bytes, within the buffer
+    // (asserted above). The data starts CMSG_LEN(0) bytes into the message,
+    // as CMSG_DATA would say, and is written unaligned.
     unsafe {
-        let data = base.add(libc::CMSG_LEN(0) as usize);
+        let base = buf.0.as_mut_ptr().add(offset);
         ptr::write(base.cast::<libc::cmsghdr>(), header);
-        match local {
-            Local::V4(addr) => ptr::write_unaligned(
-                data.cast::<libc::in_pktinfo>(),
-                libc::in_pktinfo {
-                    ipi_ifindex: 0,
-                    ipi_spec_dst: libc::in_addr {
-                        s_addr: u32::from(addr).to_be(),
-                    },
-                    ipi_addr: libc::in_addr { s_addr: 0 },
-                },
-            ),
-            Local::V6(addr) => ptr::write_unaligned(
-                data.cast::<libc::in6_pktinfo>(),
-                libc::in6_pktinfo {
-                    ipi6_addr: libc::in6_addr {
-                        s6_addr: addr.octets(),
-                    },
-                    ipi6_ifindex: 0,
-                },
-            ),
-        }
+        ptr::write_unaligned(base.add(libc::CMSG_LEN(0) as usize).cast::<T>(), data);
     }
     space
 }
@@ -351,7 +418,10 @@ mod tests {
         let to: SockAddr = SocketAddr::from(([127, 0, 0, 3], port)).into();
         let payloads: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 100 + i as usize]).collect();
         let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
-        assert_eq!(send_batch(tx.as_fd(), &slices, Some(&to), None).unwrap(), 5);
+        assert_eq!(
+            send_batch(tx.as_fd(), &slices, Some(&to), None, false).unwrap(),
+            5
+        );
 
         let mut batch = RecvBatch::new(8);
         let mut got = 0;
@@ -382,7 +452,7 @@ mod tests {
         let back: SockAddr = tx.local_addr().unwrap().into();
         let from = batch.meta(0).local;
         assert_eq!(
-            send_batch(rx.as_fd(), &answer, Some(&back), from).unwrap(),
+            send_batch(rx.as_fd(), &answer, Some(&back), from, false).unwrap(),
             1
         );
         tx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
@@ -418,5 +488,102 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    /// Receive `n` datagrams from `rx` (blocking socket with a timeout).
+    fn receive(rx: &UdpSocket, n: usize) -> Vec<(Vec<u8>, SocketAddr)> {
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = vec![0u8; 65536];
+        (0..n)
+            .map(|i| {
+                let (len, from) = rx
+                    .recv_from(&mut buf)
+                    .unwrap_or_else(|e| panic!("datagram {i} of {n}: {e}"));
+                (buf[..len].to_vec(), from)
+            })
+            .collect()
+    }
+
+    /// Sizes that exercise the grouping: runs of one size, a shorter last
+    /// one, a longer one right after, empty datagrams, a run longer than
+    /// fits one 64 KiB message.
+    fn mixed_payloads() -> Vec<Vec<u8>> {
+        let mut sizes = vec![1000; 5];
+        sizes.extend([300, 1000, 1000, 1400, 0, 0, 7]);
+        sizes.extend(vec![1400; 50]);
+        sizes.push(10);
+        (0..sizes.len())
+            .map(|i| (0..sizes[i]).map(|j| (i * 7 + j) as u8).collect())
+            .collect()
+    }
+
+    #[test]
+    fn gso_keeps_every_datagram_and_its_boundaries() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let payloads = mixed_payloads();
+        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
+        let mut sent = 0;
+        while sent < slices.len() {
+            sent += send_batch(tx.as_fd(), &slices[sent..], None, None, true).unwrap();
+        }
+        assert_eq!(sent, payloads.len());
+        let got = receive(&rx, payloads.len());
+        for (i, ((data, from), want)) in got.iter().zip(&payloads).enumerate() {
+            assert_eq!(data, want, "datagram {i}");
+            assert_eq!(*from, tx.local_addr().unwrap());
+        }
+    }
+
+    #[test]
+    fn gso_with_pktinfo_answers_from_the_given_address() {
+        let rx = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let port = rx.local_addr().unwrap().port();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to: SockAddr = client.local_addr().unwrap().into();
+        let payloads: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1200]).collect();
+        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
+        let from = Some(Local::V4(Ipv4Addr::new(127, 0, 0, 5)));
+        assert_eq!(
+            send_batch(rx.as_fd(), &slices, Some(&to), from, true).unwrap(),
+            20
+        );
+        for (i, (data, src)) in receive(&client, 20).into_iter().enumerate() {
+            assert_eq!(data, payloads[i]);
+            assert_eq!(src, SocketAddr::from(([127, 0, 0, 5], port)));
+        }
+    }
+
+    #[test]
+    fn a_refused_gso_send_is_recognised() {
+        // SO_NO_CHECK (no UDP checksum) makes the kernel refuse UDP_SEGMENT
+        // with EINVAL, as a path without checksum offload does with EIO.
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let one: libc::c_int = 1;
+        // SAFETY: a valid descriptor, an int option and its size.
+        let r = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                (&one as *const libc::c_int).cast(),
+                mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        let payloads: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 500]).collect();
+        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
+        let e = send_batch(tx.as_fd(), &slices, None, None, true).unwrap_err();
+        assert!(gso_refused(&e), "{e}");
+        // Without GSO the same datagrams go.
+        assert_eq!(
+            send_batch(tx.as_fd(), &slices, None, None, false).unwrap(),
+            4
+        );
+        assert_eq!(receive(&rx, 4).len(), 4);
     }
 }

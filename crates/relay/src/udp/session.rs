@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::Interest;
@@ -62,6 +62,9 @@ pub(super) struct Shared {
     pub max_sessions: usize,
     pub clock: Clock,
     pub created: mpsc::UnboundedSender<Created>,
+    /// Whether sends to the target, and to clients, still use GSO.
+    pub gso_to_target: AtomicBool,
+    pub gso_to_client: AtomicBool,
 }
 
 /// An upstream socket made (or not) for session `slot`/`generation`.
@@ -201,7 +204,13 @@ impl Table {
                         k += 1;
                     }
                     stale -= k;
-                    let (sent, dropped) = send_all(socket.as_fd(), &slices[..k], None, None);
+                    let (sent, dropped) = send_all(
+                        socket.as_fd(),
+                        &slices[..k],
+                        None,
+                        None,
+                        &self.shared.gso_to_target,
+                    );
                     Counters::add(&counters.udp_datagrams_to_target, sent);
                     Counters::add(&counters.bytes_to_target, sent_bytes(&slices[..k], sent));
                     Counters::add(&counters.udp_drops, dropped);
@@ -369,7 +378,13 @@ impl Table {
                 *slice = IoSlice::new(&queue[offset..offset + len]);
                 offset += len;
             }
-            let (sent, dropped) = send_all(socket.as_fd(), &slices[..chunk.len()], None, None);
+            let (sent, dropped) = send_all(
+                socket.as_fd(),
+                &slices[..chunk.len()],
+                None,
+                None,
+                &self.shared.gso_to_target,
+            );
             Counters::add(&counters.udp_datagrams_to_target, sent);
             Counters::add(
                 &counters.bytes_to_target,
@@ -497,6 +512,7 @@ impl Replies {
             &slices[..k],
             Some(&self.peer),
             self.local,
+            &self.shared.gso_to_client,
         );
         Counters::add(&counters.udp_datagrams_to_client, sent);
         Counters::add(&counters.bytes_to_client, sent_bytes(&slices[..k], sent));
@@ -507,24 +523,31 @@ impl Replies {
 
 /// Send all of `msgs` without blocking; returns (sent, dropped). A full
 /// socket buffer drops the rest; a pending error from an earlier ICMP
-/// (ECONNREFUSED) is retried once; other errors drop one datagram each.
+/// (ECONNREFUSED) is retried once; an error that may be GSO's turns `gso`
+/// off and retries; other errors drop one datagram each.
 fn send_all(
     fd: BorrowedFd<'_>,
     msgs: &[IoSlice<'_>],
     to: Option<&SockAddr>,
     from: Option<Local>,
+    gso: &AtomicBool,
 ) -> (u64, u64) {
     let (mut sent, mut dropped) = (0u64, 0u64);
     let mut offset = 0;
     let mut retried = false;
     while offset < msgs.len() {
-        match mmsg::send_batch(fd, &msgs[offset..], to, from) {
+        let with_gso = gso.load(Ordering::Relaxed);
+        match mmsg::send_batch(fd, &msgs[offset..], to, from, with_gso) {
             Ok(0) => break,
             Ok(k) => {
                 sent += k as u64;
                 offset += k;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if with_gso && mmsg::gso_refused(&e) => {
+                tracing::debug!(error = %e, "UDP GSO refused: sending datagrams one by one");
+                gso.store(false, Ordering::Relaxed);
+            }
             Err(e)
                 if !retried
                     && matches!(
@@ -552,4 +575,46 @@ fn sent_bytes(slices: &[IoSlice<'_>], sent: u64) -> u64 {
         .take(sent as usize)
         .map(|s| s.len() as u64)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn send_all_falls_back_when_gso_is_refused() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        // SO_NO_CHECK: the kernel refuses UDP_SEGMENT on this socket.
+        let one: libc::c_int = 1;
+        // SAFETY: a valid descriptor, an int option and its size.
+        let r = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0);
+        let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 800]).collect();
+        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
+        let gso = AtomicBool::new(true);
+        assert_eq!(send_all(tx.as_fd(), &slices, None, None, &gso), (10, 0));
+        assert!(
+            !gso.load(Ordering::Relaxed),
+            "GSO stays off after a refusal"
+        );
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 2048];
+        for (i, want) in payloads.iter().enumerate() {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &want[..], "datagram {i}");
+        }
+    }
 }

@@ -540,8 +540,14 @@ fn small_messages_after_a_bulk_burst_are_not_held_back() {
         relay.wait_finished(1, Duration::from_secs(5)).await;
         assert!(relay.results.lock().unwrap()[0].is_ok());
         let total = (BULK + 200 * 13) as u64;
-        assert_eq!(relay.counters.bytes_to_target.load(Ordering::Relaxed), total);
-        assert_eq!(relay.counters.bytes_to_client.load(Ordering::Relaxed), total);
+        assert_eq!(
+            relay.counters.bytes_to_target.load(Ordering::Relaxed),
+            total
+        );
+        assert_eq!(
+            relay.counters.bytes_to_client.load(Ordering::Relaxed),
+            total
+        );
     });
 }
 
