@@ -5,6 +5,8 @@
 //!   writing or removing a record; the daemon also watches the directory).
 //! - `check <containerID> <ifname>` → a [`CheckReply`] as JSON: whether
 //!   the daemon serves the attachment's forwards (the plugin's CHECK).
+//! - `reap <name> <netns path>` → `ok`: delete the retired link `name` in
+//!   that namespace (the plugin's DEL, see [`reap_link`]).
 
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -49,6 +51,44 @@ fn exchange(state_dir: &Path, line: &str, timeout: Duration) -> std::io::Result<
     let mut reply = String::new();
     BufReader::new(s).read_line(&mut reply)?;
     Ok(reply.trim().to_string())
+}
+
+/// Prefix of a pod interface that DEL took down and renamed, for the daemon
+/// to delete (`eld` + 12 hex digits).
+pub const RETIRED_PREFIX: &str = "eld";
+
+/// Whether `name` is a retired interface's name: the only links `reap`
+/// deletes.
+pub fn is_retired_ifname(name: &str) -> bool {
+    name.len() == RETIRED_PREFIX.len() + 12
+        && name.starts_with(RETIRED_PREFIX)
+        && name[RETIRED_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit())
+}
+
+/// Hand the retired link `name` in the namespace at `netns` to the daemon,
+/// which deletes it in the background. The kernel takes 15–40 ms to delete
+/// a link (it waits for RCU grace periods), which DEL need not wait for:
+/// the link is down and renamed already. `Err`: no daemon took it (the
+/// caller deletes the link itself).
+pub fn reap_link(state_dir: &Path, netns: &Path, name: &str) -> std::io::Result<()> {
+    let netns = netns
+        .to_str()
+        .filter(|p| !p.contains('\n'))
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "netns path is not UTF-8")
+        })?;
+    match exchange(
+        state_dir,
+        &format!("reap {name} {netns}"),
+        Duration::from_millis(500),
+    )?
+    .as_str()
+    {
+        "ok" => Ok(()),
+        other => Err(std::io::Error::other(format!("daemon answered {other:?}"))),
+    }
 }
 
 /// Tell a running daemon to re-read the records now. Best effort: no

@@ -12,7 +12,10 @@ pub mod control;
 mod forward;
 mod store;
 
-pub use control::{nudge_daemon, query_daemon, CheckReply, ForwardLive, DAEMON_SOCKET};
+pub use control::{
+    is_retired_ifname, nudge_daemon, query_daemon, reap_link, CheckReply, ForwardLive,
+    DAEMON_SOCKET, RETIRED_PREFIX,
+};
 pub use forward::{Forward, Protocol};
 pub use store::{Listed, RecordStore};
 

@@ -83,6 +83,8 @@ pub struct Daemon {
     malformed: Mutex<Vec<MalformedRecord>>,
     pub last_reconcile: AtomicU64,
     pub reclaimed: AtomicU64,
+    /// Links the plugin's DEL retired and this daemon deleted.
+    pub reaped: AtomicU64,
     pub draining: AtomicBool,
     /// Wakes the reconcile loop (inotify, control socket).
     pub nudge: Notify,
@@ -104,6 +106,7 @@ impl Daemon {
             malformed: Mutex::new(Vec::new()),
             last_reconcile: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
+            reaped: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             nudge: Notify::new(),
             changes: watch::channel(0).0,
@@ -136,6 +139,7 @@ impl Daemon {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             reclaimed_total: self.reclaimed.load(Ordering::Relaxed),
+            retired_links_deleted_total: self.reaped.load(Ordering::Relaxed),
         }
     }
 

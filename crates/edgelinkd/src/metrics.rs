@@ -131,6 +131,13 @@ pub fn render(d: &Daemon) -> String {
         "Attachments reclaimed because their netns was gone",
         reclaimed,
     );
+    let reaped: Counter = Counter::default();
+    reaped.inc_by(status.retired_links_deleted_total);
+    reg.register(
+        "retired_links_deleted",
+        "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
+        reaped,
+    );
     let pipes = d.pipes.stats();
     let pipes_in_use: Gauge = Gauge::default();
     pipes_in_use.set(pipes.in_use as i64);

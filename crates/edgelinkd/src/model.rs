@@ -195,4 +195,8 @@ pub struct Status {
     pub malformed_records: Vec<MalformedRecord>,
     /// Attachments cleaned up because their netns was gone.
     pub reclaimed_total: u64,
+    /// Pod interfaces the plugin's DEL retired (down, renamed) and this
+    /// daemon deleted.
+    #[serde(default)]
+    pub retired_links_deleted_total: u64,
 }

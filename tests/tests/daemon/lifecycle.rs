@@ -254,3 +254,71 @@ fn check_needs_the_daemon_when_the_attachment_has_forwards() {
     l.wait_serving();
     l.call("CHECK").ok_empty();
 }
+
+/// With the daemon running, DEL takes the pod's interface down, renames it
+/// out of the way and hands it to the daemon, which deletes it (and the
+/// veth's node end with it) in the background.
+#[test]
+fn del_hands_the_pod_interface_to_the_daemon_which_deletes_it() {
+    let l = DLab::new();
+    let node_ends = || -> Vec<String> {
+        l.lab
+            .node
+            .links()
+            .into_iter()
+            .filter(|n| n.starts_with("elk"))
+            .collect()
+    };
+    assert_eq!(node_ends().len(), 1, "{:?}", l.lab.node.links());
+    l.call("DEL").ok_empty();
+    // CNI_IFNAME is free at once: a new ADD may take it.
+    assert!(!l.pod.has_link("net1"), "{:?}", l.pod.links());
+    let gone = wait_until(Duration::from_secs(5), || {
+        l.pod.links_sorted() == vec!["eth0", "lo"] && node_ends().is_empty()
+    });
+    assert!(
+        gone,
+        "pod {:?}, node {:?} 5 s after DEL",
+        l.pod.links(),
+        l.lab.node.links()
+    );
+    // The count follows the kernel's answer by a moment.
+    l.wait_status(Duration::from_secs(5), "the deletion counted", |s| {
+        s["retiredLinksDeletedTotal"] == 1
+    });
+    assert_eq!(l.metric_plain("edgelink_retired_links_deleted_total"), 1.0);
+    assert!(l.released());
+    // DEL again: nothing left to do, nothing handed over.
+    l.call("DEL").ok_empty();
+    assert_eq!(l.status()["retiredLinksDeletedTotal"], 1);
+}
+
+/// The daemon deletes retired links only: `reap` with any other name is
+/// refused and the link stays.
+#[test]
+fn reap_refuses_names_that_are_not_retired_ones() {
+    let l = DLab::new();
+    let sock = l.lab.state.path().join("edgelinkd.sock");
+    for (line, why) in [
+        (
+            format!("reap net1 {}", l.pod.path()),
+            "not a retired interface's name",
+        ),
+        (
+            "reap eld0123456789ab relative/path".to_string(),
+            "not an absolute path",
+        ),
+        ("reap".to_string(), "expected"),
+    ] {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(
+            reply.starts_with("error") && reply.contains(why),
+            "{line}: {reply}"
+        );
+    }
+    assert!(l.pod.has_link("net1"));
+    l.echo_once(b"still served\n");
+}

@@ -31,6 +31,9 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
         .map(|r| r.netns.as_str())
         .filter(|p| !p.is_empty())
         .map(std::path::PathBuf::from);
+    // The pod's interface went to the daemon, which deletes it (and a
+    // veth's node end with it) in the background.
+    let mut handed_off = false;
     if let Some(path) = &env.netns.clone().or(recorded) {
         match Netns::open(path) {
             Ok(ns) => {
@@ -44,10 +47,9 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
                         .ctx(|| format!("look up {} in {}", env.ifname, path.display()));
                     if let Some(Some(link)) = errs.note(found) {
                         if is_ours(&link, env, record.as_ref()) {
-                            errs.note(
-                                pod.del_link(link.index)
-                                    .ctx(|| format!("delete {} in {}", env.ifname, path.display())),
-                            );
+                            handed_off = errs
+                                .note(retire_or_delete(&mut pod, &link, env, &b.state_dir, path))
+                                .unwrap_or(false);
                         } else {
                             tracing::warn!(
                                 ifname = %env.ifname,
@@ -70,7 +72,9 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
 
     // 2. The node end of a bridge attachment, in case the pod end is gone
     //    without it (an ADD killed half-way).
-    if let Some(mut node) =
+    if handed_off {
+        // It goes with the pod end.
+    } else if let Some(mut node) =
         errs.note(Handle::new().ctx(|| "open netlink in the node namespace".into()))
     {
         let host = names::host_veth(&env.container_id, &env.ifname);
@@ -102,6 +106,42 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
         nudge_daemon(&b.state_dir);
     }
     errs.into_result()
+}
+
+/// Take the pod's interface away: down, renamed out of CNI_IFNAME's way,
+/// and handed to the node daemon, which deletes it in the background. The
+/// kernel needs 15–40 ms to delete a link (it waits for RCU grace
+/// periods); nothing of it is usable once it is down, and its name is free
+/// for the next ADD. Deleted here, synchronously, when no daemon takes it
+/// (none running). `Ok(true)`: the daemon took it.
+fn retire_or_delete(
+    pod: &mut Handle,
+    link: &Link,
+    env: &Env,
+    state_dir: &std::path::Path,
+    netns: &std::path::Path,
+) -> Result<bool, PluginError> {
+    let retired = names::retired_ifname(&env.container_id, &env.ifname);
+    // One retired earlier that no daemon deleted (it was stopped): now.
+    if let Ok(Some(stale)) = pod.link_by_name(&retired) {
+        pod.del_link(stale.index)
+            .ctx(|| format!("delete {retired} in {}", netns.display()))?;
+    }
+    let handed = pod.set_down(link.index).is_ok()
+        && pod.set_name(link.index, &retired).is_ok()
+        && match edgelink_attachment::reap_link(state_dir, netns, &retired) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "no daemon to delete {retired}: deleting it now");
+                false
+            }
+        };
+    if handed {
+        return Ok(true);
+    }
+    pod.del_link(link.index)
+        .map(|_| false)
+        .ctx(|| format!("delete {} in {}", env.ifname, netns.display()))
 }
 
 /// Whether the pod's CNI_IFNAME is edgelink's to delete. An ADD that failed
