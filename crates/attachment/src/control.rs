@@ -5,8 +5,9 @@
 //!   writing or removing a record; the daemon also watches the directory).
 //! - `check <containerID> <ifname>` → a [`CheckReply`] as JSON: whether
 //!   the daemon serves the attachment's forwards (the plugin's CHECK).
-//! - `reap <name> <netns path>` → `ok`: delete the retired link `name` in
-//!   that namespace (the plugin's DEL, see [`reap_link`]).
+//! - `reap <ifindex> <name> <netns path>` → `ok` once the link is found
+//!   retired ([`RETIRED_ALIAS`]), then deleted in the background (the
+//!   plugin's DEL, see [`reap_link`]).
 
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -53,26 +54,22 @@ fn exchange(state_dir: &Path, line: &str, timeout: Duration) -> std::io::Result<
     Ok(reply.trim().to_string())
 }
 
-/// Prefix of a pod interface that DEL took down and renamed, for the daemon
-/// to delete (`eld` + 12 hex digits).
-pub const RETIRED_PREFIX: &str = "eld";
+/// The alias (IFLA_IFALIAS) DEL gives a pod interface it hands to the
+/// daemon: the only links `reap` deletes, and the ones ADD waits for.
+pub const RETIRED_ALIAS: &str = "edgelink: retired by DEL";
 
-/// Whether `name` is a retired interface's name: the only links `reap`
-/// deletes.
-pub fn is_retired_ifname(name: &str) -> bool {
-    name.len() == RETIRED_PREFIX.len() + 12
-        && name.starts_with(RETIRED_PREFIX)
-        && name[RETIRED_PREFIX.len()..]
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit())
+/// Whether a daemon answers on the control socket now.
+pub fn daemon_listening(state_dir: &Path) -> bool {
+    UnixStream::connect(state_dir.join(DAEMON_SOCKET)).is_ok()
 }
 
-/// Hand the retired link `name` in the namespace at `netns` to the daemon,
-/// which deletes it in the background. The kernel takes 15–40 ms to delete
-/// a link (it waits for RCU grace periods), which DEL need not wait for:
-/// the link is down and renamed already. `Err`: no daemon took it (the
-/// caller deletes the link itself).
-pub fn reap_link(state_dir: &Path, netns: &Path, name: &str) -> std::io::Result<()> {
+/// Hand the retired link `index`, called `name`, in the namespace at
+/// `netns` to the daemon, which deletes it in the background. The kernel
+/// takes 15–40 ms to delete a link (it waits for RCU grace periods), which
+/// DEL need not wait for: the link holds no address any more and carries
+/// [`RETIRED_ALIAS`]. `Err`: no daemon took it (the caller deletes the link
+/// itself).
+pub fn reap_link(state_dir: &Path, netns: &Path, index: u32, name: &str) -> std::io::Result<()> {
     let netns = netns
         .to_str()
         .filter(|p| !p.contains('\n'))
@@ -81,8 +78,8 @@ pub fn reap_link(state_dir: &Path, netns: &Path, name: &str) -> std::io::Result<
         })?;
     match exchange(
         state_dir,
-        &format!("reap {name} {netns}"),
-        Duration::from_millis(500),
+        &format!("reap {index} {name} {netns}"),
+        Duration::from_secs(1),
     )?
     .as_str()
     {

@@ -13,8 +13,8 @@ mod forward;
 mod store;
 
 pub use control::{
-    is_retired_ifname, nudge_daemon, query_daemon, reap_link, CheckReply, ForwardLive,
-    DAEMON_SOCKET, RETIRED_PREFIX,
+    daemon_listening, nudge_daemon, query_daemon, reap_link, CheckReply, ForwardLive,
+    DAEMON_SOCKET, RETIRED_ALIAS,
 };
 pub use forward::{Forward, Protocol};
 pub use store::{Listed, RecordStore};

@@ -21,16 +21,6 @@ pub fn temp_ifname(container_id: &str, ifname: &str) -> String {
     format!("elt{}", &digest(container_id, ifname)[..12])
 }
 
-/// The name a pod interface takes on DEL while the node daemon deletes it
-/// (`eld` + 12 hex digits; see `edgelink_attachment::is_retired_ifname`).
-pub fn retired_ifname(container_id: &str, ifname: &str) -> String {
-    format!(
-        "{}{}",
-        edgelink_attachment::RETIRED_PREFIX,
-        &digest(container_id, ifname)[..12]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,9 +36,5 @@ mod tests {
         assert_eq!(a.len(), 15);
         assert_eq!(temp_ifname("c1", "net1").len(), 15);
         assert_ne!(temp_ifname("c1", "net1"), a);
-        let r = retired_ifname("c1", "net1");
-        assert_eq!(r.len(), 15);
-        assert!(edgelink_attachment::is_retired_ifname(&r));
-        assert!(!edgelink_attachment::is_retired_ifname(&a));
     }
 }

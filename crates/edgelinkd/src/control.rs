@@ -36,7 +36,7 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
                 return;
             }
             if let Some(rest) = line.strip_prefix("reap ") {
-                let answer = reap(&d, rest.trim_end_matches('\n'));
+                let answer = reap(&d, rest.trim_end_matches('\n')).await;
                 let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
                 return;
             }
@@ -55,7 +55,7 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
                     }
                     serde_json::to_string(&r).unwrap_or_default()
                 }
-                _ => "error: expected `rescan`, `check <containerID> <ifname>` or `reap <name> <netns>`"
+                _ => "error: expected `rescan`, `check <containerID> <ifname>` or `reap <ifindex> <name> <netns>`"
                     .to_string(),
             };
             let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
@@ -63,39 +63,72 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
     }
 }
 
-/// `reap <name> <netns path>`: delete a link the plugin's DEL retired, in
-/// the background (the kernel takes tens of milliseconds; the plugin does
-/// not wait). Only retired names are accepted.
-fn reap(d: &Arc<Daemon>, args: &str) -> String {
-    let Some((name, netns)) = args.split_once(' ') else {
-        return "error: expected `reap <name> <netns>`".into();
+/// `reap <ifindex> <name> <netns path>`: delete a link the plugin's DEL
+/// retired. Answers once the link is found and checked (its name, and the
+/// retired alias, so that nothing else is ever deleted); the deletion itself
+/// (tens of milliseconds in the kernel) goes on in the background.
+async fn reap(d: &Arc<Daemon>, args: &str) -> String {
+    let mut parts = args.splitn(3, ' ');
+    let (Some(index), Some(name), Some(netns)) = (parts.next(), parts.next(), parts.next()) else {
+        return "error: expected `reap <ifindex> <name> <netns>`".into();
     };
-    if !edgelink_attachment::is_retired_ifname(name) {
-        return format!("error: {name:?} is not a retired interface's name");
-    }
+    let Ok(index) = index.parse::<u32>() else {
+        return format!("error: {index:?} is not an interface index");
+    };
     if !netns.starts_with('/') {
         return format!("error: {netns:?} is not an absolute path");
     }
     let (name, netns) = (name.to_string(), std::path::PathBuf::from(netns));
+    let (tx, rx) = tokio::sync::oneshot::channel::<String>();
     let d = d.clone();
     tokio::task::spawn_blocking(move || {
-        let deleted = edgelink_netns::Netns::open(&netns).map(|ns| {
-            ns.run(|| edgelink_netlink::Handle::new().and_then(|mut h| h.del_link_by_name(&name)))
+        let ns = match edgelink_netns::Netns::open(&netns) {
+            Ok(ns) => ns,
+            Err(e) => {
+                let _ = tx.send(format!("error: {e}"));
+                return;
+            }
+        };
+        let deleted = ns.run(|| -> Result<(), String> {
+            let checked = (|| -> Result<edgelink_netlink::Handle, String> {
+                let mut h = edgelink_netlink::Handle::new().map_err(|e| e.to_string())?;
+                match h.link_by_index(index).map_err(|e| e.to_string())? {
+                    Some(l)
+                        if l.name == name
+                            && l.alias.as_deref() == Some(edgelink_attachment::RETIRED_ALIAS) =>
+                    {
+                        Ok(h)
+                    }
+                    Some(_) => Err(format!("link #{index} is not a retired link called {name}")),
+                    None => Err(format!("no link #{index}")),
+                }
+            })();
+            match checked {
+                Ok(mut h) => {
+                    let _ = tx.send("ok".into());
+                    h.del_link(index).map(|_| ()).map_err(|e| e.to_string())
+                }
+                Err(e) => {
+                    let _ = tx.send(format!("error: {e}"));
+                    Err(e)
+                }
+            }
         });
         match deleted {
-            Ok(Ok(Ok(_))) => {
+            Ok(Ok(())) => {
                 d.reaped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(%name, netns = %netns.display(), "retired link deleted")
+                tracing::debug!(%name, netns = %netns.display(), "retired link deleted");
             }
-            // Gone with its namespace.
-            Err(edgelink_netns::NetnsError::NotFound { .. }) => {}
-            Ok(Ok(Err(e))) => {
-                tracing::warn!(%name, netns = %netns.display(), error = %e, "cannot delete a retired link")
+            Ok(Err(e)) => {
+                tracing::warn!(%name, netns = %netns.display(), error = %e, "retired link not deleted")
             }
-            Ok(Err(e)) | Err(e) => {
+            Err(e) => {
                 tracing::warn!(%name, netns = %netns.display(), error = %e, "cannot enter the namespace of a retired link")
             }
         }
     });
-    "ok".into()
+    // Dropped without an answer (the closure ended early): the error was
+    // sent; a closure that panicked says nothing.
+    rx.await
+        .unwrap_or_else(|_| "error: the link was not checked".into())
 }

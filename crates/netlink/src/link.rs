@@ -61,6 +61,8 @@ pub struct Link {
     pub vlan_filtering: Option<bool>,
     /// The parent link index (veth peer, macvlan master), in the peer's namespace.
     pub parent: Option<u32>,
+    /// IFLA_IFALIAS, the free-form description (`ip link set X alias ...`).
+    pub alias: Option<String>,
 }
 
 impl Link {
@@ -128,6 +130,7 @@ fn parse_link(m: LinkMessage) -> Link {
         hairpin: None,
         vlan_filtering: None,
         parent: None,
+        alias: None,
     };
     for a in m.attributes {
         match a {
@@ -136,6 +139,7 @@ fn parse_link(m: LinkMessage) -> Link {
             LinkAttribute::MaxMtu(v) => l.max_mtu = Some(v),
             LinkAttribute::Controller(v) => l.master = Some(v),
             LinkAttribute::Link(v) => l.parent = Some(v),
+            LinkAttribute::IfAlias(a) => l.alias = Some(a),
             LinkAttribute::Address(a) if a.len() == 6 => {
                 let mut mac = [0u8; 6];
                 mac.copy_from_slice(&a);
@@ -387,6 +391,13 @@ impl Handle {
         let mut m = link_msg(index);
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
         self.set_link(m, format!("rename link #{index} to {name}"))
+    }
+
+    /// Set the link's alias (IFLA_IFALIAS).
+    pub fn set_alias(&mut self, index: u32, alias: &str) -> Result<()> {
+        let mut m = link_msg(index);
+        m.attributes.push(LinkAttribute::IfAlias(alias.to_string()));
+        self.set_link(m, format!("set the alias of link #{index}"))
     }
 
     pub fn set_mtu(&mut self, index: u32, mtu: u32) -> Result<()> {

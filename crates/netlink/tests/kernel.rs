@@ -145,6 +145,12 @@ fn bridge_veth_macvlan_addresses_and_routes() {
     assert_eq!(mv.kind, LinkKind::Macvlan);
     p.set_name(mv.index, "net2").unwrap();
     assert!(p.link_by_name("net2").unwrap().is_some());
+    assert_eq!(p.require_link("net2").unwrap().alias, None);
+    p.set_alias(mv.index, "edgelink: retired by DEL").unwrap();
+    assert_eq!(
+        p.link_by_index(mv.index).unwrap().unwrap().alias.as_deref(),
+        Some("edgelink: retired by DEL")
+    );
 
     assert!(p.del_link_by_name("net1").unwrap());
     assert!(!p.del_link_by_name("net1").unwrap());

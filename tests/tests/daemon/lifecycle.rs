@@ -255,13 +255,14 @@ fn check_needs_the_daemon_when_the_attachment_has_forwards() {
     l.call("CHECK").ok_empty();
 }
 
-/// With the daemon running, DEL takes the pod's interface down, renames it
-/// out of the way and hands it to the daemon, which deletes it (and the
-/// veth's node end with it) in the background.
+/// With the daemon running, DEL strips the pod's interface of its
+/// addresses, marks it retired and hands it to the daemon, which deletes it
+/// (and the veth's node end with it) in the background; an ADD of the same
+/// name right after waits for it.
 #[test]
 fn del_hands_the_pod_interface_to_the_daemon_which_deletes_it() {
-    let l = DLab::new();
-    let node_ends = || -> Vec<String> {
+    let mut l = DLab::new();
+    let node_ends = |l: &DLab| -> Vec<String> {
         l.lab
             .node
             .links()
@@ -269,12 +270,14 @@ fn del_hands_the_pod_interface_to_the_daemon_which_deletes_it() {
             .filter(|n| n.starts_with("elk"))
             .collect()
     };
-    assert_eq!(node_ends().len(), 1, "{:?}", l.lab.node.links());
+    assert_eq!(node_ends(&l).len(), 1, "{:?}", l.lab.node.links());
     l.call("DEL").ok_empty();
-    // CNI_IFNAME is free at once: a new ADD may take it.
-    assert!(!l.pod.has_link("net1"), "{:?}", l.pod.links());
+    // No address answers any more, at once: IPAM may hand it out again.
+    if l.pod.has_link("net1") {
+        assert_eq!(l.pod.addrs("net1"), Vec::<String>::new());
+    }
     let gone = wait_until(Duration::from_secs(5), || {
-        l.pod.links_sorted() == vec!["eth0", "lo"] && node_ends().is_empty()
+        l.pod.links_sorted() == vec!["eth0", "lo"] && node_ends(&l).is_empty()
     });
     assert!(
         gone,
@@ -291,21 +294,48 @@ fn del_hands_the_pod_interface_to_the_daemon_which_deletes_it() {
     // DEL again: nothing left to do, nothing handed over.
     l.call("DEL").ok_empty();
     assert_eq!(l.status()["retiredLinksDeletedTotal"], 1);
+
+    // DEL then ADD of the same name at once: ADD waits for the retired
+    // interface instead of failing with 101.
+    l.add();
+    l.wait_serving();
+    l.call("DEL").ok_empty();
+    l.add();
+    l.wait_serving();
+    assert!(l.pod.has_link("net1"));
+    l.echo_once(b"after DEL and ADD\n");
 }
 
-/// The daemon deletes retired links only: `reap` with any other name is
+/// The daemon deletes retired links only: `reap` of anything else is
 /// refused and the link stays.
 #[test]
-fn reap_refuses_names_that_are_not_retired_ones() {
+fn reap_refuses_links_that_are_not_retired() {
     let l = DLab::new();
     let sock = l.lab.state.path().join("edgelinkd.sock");
+    let index: String = l
+        .pod
+        .ip(&["-o", "link", "show", "dev", "net1"])
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
     for (line, why) in [
         (
-            format!("reap net1 {}", l.pod.path()),
-            "not a retired interface's name",
+            format!("reap {index} net1 {}", l.pod.path()),
+            "is not a retired link",
         ),
         (
-            "reap eld0123456789ab relative/path".to_string(),
+            format!("reap {index} eth0 {}", l.pod.path()),
+            "is not a retired link",
+        ),
+        (format!("reap 999999 net1 {}", l.pod.path()), "no link"),
+        (
+            format!("reap x net1 {}", l.pod.path()),
+            "not an interface index",
+        ),
+        (
+            format!("reap {index} net1 relative/path"),
             "not an absolute path",
         ),
         ("reap".to_string(), "expected"),

@@ -6,7 +6,7 @@ use crate::addressing;
 use crate::config::basics;
 use crate::error::{Errors, NetlinkContext, PluginError};
 use crate::names;
-use edgelink_attachment::{nudge_daemon, Record, RecordStore};
+use edgelink_attachment::{nudge_daemon, Record, RecordStore, RETIRED_ALIAS};
 use edgelink_cni_spec::Env;
 use edgelink_netlink::{Handle, Link, LinkKind};
 use edgelink_netns::{Netns, NetnsError};
@@ -108,12 +108,13 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
     errs.into_result()
 }
 
-/// Take the pod's interface away: down, renamed out of CNI_IFNAME's way,
-/// and handed to the node daemon, which deletes it in the background. The
-/// kernel needs 15–40 ms to delete a link (it waits for RCU grace
-/// periods); nothing of it is usable once it is down, and its name is free
-/// for the next ADD. Deleted here, synchronously, when no daemon takes it
-/// (none running). `Ok(true)`: the daemon took it.
+/// Take the pod's interface away. With a node daemon running: its
+/// addresses removed (nothing answers for them once IPAM hands them out
+/// again), marked with [`RETIRED_ALIAS`], and handed to the daemon, which
+/// deletes it in the background: the kernel needs 15–40 ms to delete a link
+/// (it waits for RCU grace periods). A new ADD of the same CNI_IFNAME waits
+/// for it (`driver::ensure_ifname_free`). Deleted here, synchronously, when
+/// no daemon takes it. `Ok(true)`: the daemon took it.
 fn retire_or_delete(
     pod: &mut Handle,
     link: &Link,
@@ -121,23 +122,20 @@ fn retire_or_delete(
     state_dir: &std::path::Path,
     netns: &std::path::Path,
 ) -> Result<bool, PluginError> {
-    let retired = names::retired_ifname(&env.container_id, &env.ifname);
-    // One retired earlier that no daemon deleted (it was stopped): now.
-    if let Ok(Some(stale)) = pod.link_by_name(&retired) {
-        pod.del_link(stale.index)
-            .ctx(|| format!("delete {retired} in {}", netns.display()))?;
-    }
-    let handed = pod.set_down(link.index).is_ok()
-        && pod.set_name(link.index, &retired).is_ok()
-        && match edgelink_attachment::reap_link(state_dir, netns, &retired) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!(error = %e, "no daemon to delete {retired}: deleting it now");
-                false
+    if edgelink_attachment::daemon_listening(state_dir) {
+        let retired = pod.addrs(Some(link.index)).is_ok_and(|addrs| {
+            addrs
+                .iter()
+                .all(|a| pod.del_addr(link.index, &a.network).is_ok())
+        }) && pod.set_alias(link.index, RETIRED_ALIAS).is_ok();
+        if retired {
+            match edgelink_attachment::reap_link(state_dir, netns, link.index, &link.name) {
+                Ok(()) => return Ok(true),
+                Err(e) => {
+                    tracing::debug!(error = %e, "the daemon did not take {}: deleting it now", link.name)
+                }
             }
-        };
-    if handed {
-        return Ok(true);
+        }
     }
     pod.del_link(link.index)
         .map(|_| false)

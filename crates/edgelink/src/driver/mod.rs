@@ -6,6 +6,7 @@ pub mod bridge;
 pub mod macvlan;
 
 use crate::error::{NetlinkContext, PluginError};
+use edgelink_attachment::RETIRED_ALIAS;
 use edgelink_cni_spec::{codes, CniError};
 use edgelink_netlink::{Handle, Link};
 
@@ -34,14 +35,37 @@ pub fn check_mtu(mtu: Option<u32>, uplink: Option<&Link>) -> Result<(), PluginEr
     Ok(())
 }
 
+/// How long ADD waits for an interface of the same name that a DEL handed
+/// to the daemon (the kernel takes tens of milliseconds to delete it).
+const RETIRED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The pod's CNI_IFNAME must not exist yet (ADD on an existing interface
-/// fails without touching it).
+/// fails without touching it). One that DEL retired ([`RETIRED_ALIAS`]) is
+/// on its way out: wait for it, and delete it if the daemon has not.
 pub fn ensure_ifname_free(pod: &mut Handle, ifname: &str, netns: &str) -> Result<(), PluginError> {
-    if pod
-        .link_by_name(ifname)
-        .ctx(|| format!("look up {ifname} in {netns}"))?
-        .is_some()
+    let lookup = |pod: &mut Handle| {
+        pod.link_by_name(ifname)
+            .ctx(|| format!("look up {ifname} in {netns}"))
+    };
+    let mut found = lookup(pod)?;
+    let deadline = std::time::Instant::now() + RETIRED_WAIT;
+    while let Some(l) = found
+        .as_ref()
+        .filter(|l| l.alias.as_deref() == Some(RETIRED_ALIAS))
     {
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(
+                ifname,
+                "deleting {ifname}, retired by a DEL and still there"
+            );
+            pod.del_link(l.index)
+                .ctx(|| format!("delete the retired {ifname} in {netns}"))?;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        found = lookup(pod)?;
+    }
+    if found.is_some() {
         return Err(PluginError::Cni(CniError::new(
             codes::INTERFACE_EXISTS,
             format!("CNI_IFNAME {ifname:?} already exists in network namespace {netns}"),
