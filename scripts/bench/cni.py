@@ -306,10 +306,10 @@ def main():
     w("")
     w("Measured %s on %s, `%s`, %d rounds, subjects alternating within each round; "
       "latency of one plugin run (fork+exec to exit) from a harness inside the node namespace. "
-      "edgelinkd runs in the node namespace as on a deployed node, so edgelink's DEL takes the pod's "
-      "interface down, renames it and hands it to the daemon, which deletes it in the background "
-      "(the kernel takes 15–40 ms to delete a link); \"no daemon\" is the same plugin with a state "
-      "directory no daemon serves: it deletes the link itself, as the reference plugins do."
+      "edgelinkd runs in the node namespace as on a deployed node, so edgelink's DEL strips the pod's "
+      "interface of its addresses, marks it retired and hands it to the daemon, which deletes it in the "
+      "background (the kernel takes 15–40 ms to delete a link); \"no daemon\" is the same plugin with a "
+      "state directory no daemon serves: it deletes the link itself, as the reference plugins do."
       % (time.strftime("%Y-%m-%d"), machine(), "make bench" + (" QUICK=1" if a.quick else ""), rounds))
     w("")
     for title, data in (("sequential", seq), ("sequential, no daemon", seq_nd), ("8 in parallel", par)):
@@ -331,6 +331,16 @@ def main():
               statistics.median(e["CHECK"]) / statistics.median(rr["CHECK"]),
               statistics.median(e["DEL"]) / statistics.median(rr["DEL"])))
         w("")
+    # The issue's CNI targets, from the sequential runs with the daemon.
+    w("Targets (issue 4), sequential medians with the daemon:")
+    w("")
+    for res in seq:
+        (en, e), (rn, rr) = list(res.items())
+        add = statistics.median(e["ADD"]) / statistics.median(rr["ADD"])
+        dele = statistics.median(e["DEL"]) / statistics.median(rr["DEL"])
+        w("- %s: ADD %.2f× (≤ 0.3×: %s), DEL %.2f× (≤ 0.5×: %s)" % (
+            en, add, "met" if add <= 0.3 else "missed", dele, "met" if dele <= 0.5 else "missed"))
+    w("")
     w("### %d attachments on one bridge (s)" % scale_n)
     w("")
     w("| subject | bring up | tear down |")
