@@ -670,9 +670,13 @@ class Bench:
         return r
 
     def conn_rate(self, s):
+        cpu0 = cpu_seconds(s.pids()) if s.is_relay else 0.0
         r = run_json(CLIENT, [LOADGEN, "conn-rate", "%s:%d" % (s.host, s.ports[ECHO]), "--concurrency", "16",
                               "--seconds", str(self.secs["short"])], self.secs["short"] + 30)
-        return {"conn_s": r["per_second"], "conn_failed": r["failed"]}
+        out = {"conn_s": r["per_second"], "conn_failed": r["failed"]}
+        if s.is_relay and r.get("connections"):
+            out["conn_cpu_us"] = (cpu_seconds(s.pids()) - cpu0) * 1e6 / r["connections"]
+        return out
 
     def rr(self, s):
         r = run_json(CLIENT, [LOADGEN, "rr", "%s:%d" % (s.host, s.ports[ECHO]), "--seconds",
@@ -881,6 +885,7 @@ TCP_COLUMNS = [  # key, title, format, higher is better
     ("gbps8", "TCP 8 streams Gbit/s", "%.2f", True),
     ("cpu_per_gb", "relay CPU s/GB (1 stream)", "%.3f", False),
     ("conn_s", "connections/s", "%.0f", True),
+    ("conn_cpu_us", "relay CPU µs/connection", "%.1f", False),
     ("p50_us", "request/reply p50 µs", "%.0f", False),
     ("p99_us", "request/reply p99 µs", "%.0f", False),
 ]
