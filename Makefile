@@ -10,8 +10,13 @@ DEPS  := scripts/install-deps.sh
 # A separate --target build keeps proc-macros (host artifacts) dynamic.
 HOST   := $(shell rustc -vV | sed -n 's/^host: //p')
 PLUGIN := target/$(HOST)/release/edgelink
+# `make image`: one image with both binaries (daemonset/Dockerfile), built by
+# the first of docker, podman, buildah found unless CONTAINER_BUILDER is set.
+VERSION           ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
+IMAGE             ?= edgelink:$(VERSION)
+CONTAINER_BUILDER ?= $(notdir $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null))))
 
-.PHONY: all build release lint test test-unit test-e2e demo bench clean
+.PHONY: all build release lint lint-vagrant test test-unit test-e2e e2e-vagrant demo bench image install-yaml clean
 
 all: build
 
@@ -25,14 +30,19 @@ release:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	scripts/gen-install-yaml.sh --check
 
 # Unit tests, kernel tests in namespaces, scenario tests driving the built
-# plugin, then the end-to-end test with podman as the runtime.
+# plugin, the manifests against the code (YAML parses, NAD configs pass the
+# plugin's validation, the DaemonSet mounts what the binaries use), the
+# end-to-end test with podman as the runtime, then shellcheck on every
+# script and vagrant validate (scripts/check-vagrant.sh).
 test:
 	$(DEPS) test
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace --no-fail-fast
 	tests/e2e/podman.sh target/debug/edgelink
+	scripts/check-vagrant.sh
 
 test-unit:
 	$(CARGO) test --workspace --lib --bins
@@ -41,6 +51,19 @@ test-e2e:
 	$(DEPS) test
 	$(CARGO) build -p edgelink
 	tests/e2e/podman.sh target/debug/edgelink
+
+# The Vagrant lab (vagrant/README.md): the reference cluster in VMs, edgelink
+# from the local build (make image), and TCP, UDP and HTTP from a pod on
+# kworker1 to device01-01 through its Service. Needs vagrant and VirtualBox or
+# libvirt. KEEP=1 leaves the cluster up.
+e2e-vagrant:
+	KEEP=$(KEEP) vagrant/e2e.sh
+
+# What can be checked of the Vagrant lab without a hypervisor (CI): vagrant
+# validate --ignore-provider, and shellcheck on every shell script.
+lint-vagrant:
+	$(DEPS) test
+	scripts/check-vagrant.sh
 
 # The main job on the built-in netns lab. KEEP=1 leaves the lab up.
 demo:
@@ -55,6 +78,16 @@ bench:
 	$(DEPS) test bench
 	$(MAKE) release
 	EDGELINK_BIN=$(PLUGIN) QUICK=$(QUICK) scripts/bench.sh
+
+# The DaemonSet's image. The manifests name edgelink:$(VERSION); push it
+# where the nodes pull from (docs/install.md).
+image:
+	@test -n "$(CONTAINER_BUILDER)" || { echo "make image: no container builder: install docker, podman or buildah, or set CONTAINER_BUILDER" >&2; exit 1; }
+	$(CONTAINER_BUILDER) build -f daemonset/Dockerfile -t $(IMAGE) .
+
+# daemonset/install.yaml from the manifests beside it (`make lint` checks it).
+install-yaml:
+	scripts/gen-install-yaml.sh
 
 clean:
 	$(CARGO) clean

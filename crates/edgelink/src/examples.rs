@@ -64,3 +64,172 @@ fn every_example_config_is_valid() {
         dir.display()
     );
 }
+
+/// Every `.yaml` / `.yml` file under `dirs` (relative to the repository),
+/// recursively, sorted.
+fn yaml_files(dirs: &[&str]) -> Vec<PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in rd {
+            let path = entry.unwrap().path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() && !name.starts_with('.') {
+                walk(&path, out);
+            } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+                out.push(path);
+            }
+        }
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut out = Vec::new();
+    for d in dirs {
+        walk(&root.join(d), &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// The documents of a YAML file, as JSON values.
+fn yaml_documents(path: &std::path::Path) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The nodes a config's per-node ranges name (none: one validation).
+fn nodes_named(conf: &Value) -> Vec<String> {
+    let mut nodes: Vec<String> = conf["ipam"]["ranges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|r| r["node"].as_str().map(str::to_string))
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+/// (name, protocol, port) of a NAD config's forwards, or of a Service's
+/// ports, lower-case protocols.
+type Ports = std::collections::BTreeSet<(String, String, u64)>;
+
+fn forward_ports(conf: &Value) -> Ports {
+    conf["forwards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let name = f["name"].as_str().unwrap_or_default().to_string();
+            let proto = f["protocol"].as_str().unwrap_or_default().to_lowercase();
+            (name, proto, f["port"].as_u64().unwrap_or_default())
+        })
+        .collect()
+}
+
+#[test]
+fn every_yaml_file_parses_and_every_nad_config_is_valid() {
+    let files = yaml_files(&["cni-conf", "daemonset", "vagrant"]);
+    assert!(files.len() >= 10, "only {} YAML files found", files.len());
+    let mut nads = 0;
+    // Forwards of every NAD, by namespace/name.
+    let mut forwards: HashMap<String, Ports> = HashMap::new();
+    let mut services = Vec::new();
+    for path in &files {
+        let docs = yaml_documents(path);
+        assert!(!docs.is_empty(), "{}: no document", path.display());
+        for doc in docs {
+            let kind = doc["kind"].as_str().unwrap_or_default();
+            let id = format!(
+                "{}/{}",
+                doc["metadata"]["namespace"].as_str().unwrap_or("default"),
+                doc["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            match kind {
+                "NetworkAttachmentDefinition" => {
+                    let text = doc["spec"]["config"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{}: {id}: no spec.config", path.display()));
+                    let conf: Value = serde_json::from_str(text).unwrap_or_else(|e| {
+                        panic!("{}: {id}: spec.config is not JSON: {e}", path.display())
+                    });
+                    let mut nodes = nodes_named(&conf);
+                    if nodes.is_empty() {
+                        nodes.push("kedge1".into());
+                    }
+                    for node in nodes {
+                        let mut conf = conf.clone();
+                        if conf["ipam"].is_object() {
+                            conf["ipam"]["nodeName"] = Value::String(node.clone());
+                        }
+                        let net = NetConf::parse(conf.to_string().as_bytes())
+                            .unwrap_or_else(|e| panic!("{}: {id}: {e}", path.display()));
+                        Config::parse(net, &add_env()).unwrap_or_else(|e| {
+                            panic!("{}: {id} on {node}: {}", path.display(), e.into_cni())
+                        });
+                    }
+                    forwards.insert(id, forward_ports(&conf));
+                    nads += 1;
+                }
+                "Service" => services.push((path.clone(), id, doc)),
+                _ => {}
+            }
+        }
+    }
+    assert!(nads >= 5, "only {nads} NetworkAttachmentDefinitions found");
+    // A Service in front of a proxy pod has exactly the forwards' ports:
+    // one NAD in its namespace must match it port for port.
+    for (path, id, svc) in services {
+        let ports: Ports = svc["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let name = p["name"].as_str().unwrap_or_default().to_string();
+                let proto = p["protocol"].as_str().unwrap_or("TCP").to_lowercase();
+                assert_eq!(
+                    p.get("targetPort").unwrap_or(&p["port"]),
+                    &p["port"],
+                    "{}: {id}: targetPort must be the forward's port",
+                    path.display()
+                );
+                (name, proto, p["port"].as_u64().unwrap_or_default())
+            })
+            .collect();
+        let ns = id.split('/').next().unwrap();
+        assert!(
+            forwards
+                .iter()
+                .any(|(nad, f)| nad.starts_with(&format!("{ns}/")) && *f == ports),
+            "{}: Service {id} ports {ports:?} match the forwards of no NAD in {ns}",
+            path.display()
+        );
+    }
+}
+
+/// The DaemonSet keeps the records where the plugin writes them by default.
+#[test]
+fn the_daemonset_mounts_the_plugins_state_dir() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ds = yaml_documents(&root.join("daemonset/daemonset.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet in daemonset/daemonset.yaml");
+    let host_paths: Vec<&str> = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["hostPath"]["path"].as_str())
+        .collect();
+    assert!(
+        host_paths.contains(&crate::config::DEFAULT_STATE_DIR),
+        "no hostPath volume for the plugin's state dir {}: {host_paths:?}",
+        crate::config::DEFAULT_STATE_DIR
+    );
+}

@@ -9,6 +9,8 @@ mod daemon;
 mod factory;
 mod forward;
 mod http;
+#[cfg(test)]
+mod manifests;
 mod metrics;
 mod model;
 mod sockopt;
