@@ -1,20 +1,23 @@
 //! Socket options that neither nix nor socket2 wraps.
 
 use std::io;
-use std::os::fd::AsRawFd;
-use tokio::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd};
 
-/// SO_RCVLOWAT (neither nix nor socket2 has it).
-pub(crate) fn set_rcvlowat(stream: &TcpStream, bytes: usize) -> io::Result<()> {
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: the descriptor is open for the borrow of `stream`; the option
+/// setsockopt(2) with an int value.
+pub(crate) fn set_int(
+    fd: impl AsFd,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the descriptor is open for the borrow of `fd`; the option
     // value is a c_int that lives across the call, and its size is passed.
     let r = unsafe {
         libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&v as *const libc::c_int).cast(),
+            fd.as_fd().as_raw_fd(),
+            level,
+            option,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -23,4 +26,17 @@ pub(crate) fn set_rcvlowat(stream: &TcpStream, bytes: usize) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// SO_RCVLOWAT: the bytes a socket must hold before it reads as readable.
+pub(crate) fn set_rcvlowat(stream: impl AsFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int(stream, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
+}
+
+/// SO_NO_CHECK: no UDP checksum; the kernel then refuses UDP_SEGMENT
+/// (EINVAL), as a path without checksum offload does (EIO). For tests.
+#[cfg(test)]
+pub(crate) fn refuse_gso(socket: impl AsFd) {
+    set_int(socket, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).expect("SO_NO_CHECK");
 }

@@ -558,23 +558,10 @@ mod tests {
 
     #[test]
     fn a_refused_gso_send_is_recognised() {
-        // SO_NO_CHECK (no UDP checksum) makes the kernel refuse UDP_SEGMENT
-        // with EINVAL, as a path without checksum offload does with EIO.
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         tx.connect(rx.local_addr().unwrap()).unwrap();
-        let one: libc::c_int = 1;
-        // SAFETY: a valid descriptor, an int option and its size.
-        let r = unsafe {
-            libc::setsockopt(
-                tx.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_NO_CHECK,
-                (&one as *const libc::c_int).cast(),
-                mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        crate::sockopt::refuse_gso(&tx);
         let payloads: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 500]).collect();
         let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
         let e = send_batch(tx.as_fd(), &slices, None, None, true).unwrap_err();

@@ -580,27 +580,13 @@ fn sent_bytes(slices: &[IoSlice<'_>], sent: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
 
     #[test]
-    #[allow(unsafe_code)]
     fn send_all_falls_back_when_gso_is_refused() {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         tx.connect(rx.local_addr().unwrap()).unwrap();
-        // SO_NO_CHECK: the kernel refuses UDP_SEGMENT on this socket.
-        let one: libc::c_int = 1;
-        // SAFETY: a valid descriptor, an int option and its size.
-        let r = unsafe {
-            libc::setsockopt(
-                tx.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_NO_CHECK,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(r, 0);
+        crate::sockopt::refuse_gso(&tx);
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 800]).collect();
         let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
         let gso = AtomicBool::new(true);
