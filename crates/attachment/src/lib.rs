@@ -62,6 +62,17 @@ pub struct Record {
     /// DEL that gets a stripped config can still release a delegated IPAM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cni_config: Option<serde_json::Value>,
+    /// The PID namespace (inode of /proc/self/ns/pid) of the plugin that
+    /// wrote the record: a `/proc/<pid>/ns/net` netns path means something
+    /// only there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<u64>,
+}
+
+/// The inode of this process's PID namespace (see [`Record::pid_namespace`]).
+pub fn own_pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
 #[derive(Debug, thiserror::Error)]

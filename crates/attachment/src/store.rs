@@ -156,6 +156,7 @@ mod tests {
 
     fn rec(cid: &str) -> Record {
         Record {
+            pid_namespace: None,
             version: RECORD_VERSION,
             container_id: cid.into(),
             ifname: "net1".into(),

@@ -39,6 +39,16 @@ fn secs(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// A period that must not be zero: 0 would make a busy loop (reconcile) or
+/// close every UDP session at once.
+fn period(s: &str) -> Result<Duration, String> {
+    let d = secs(s)?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("{s} is below 0.1 seconds"));
+    }
+    Ok(d)
+}
+
 fn absolute(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
     if p.is_absolute() {
@@ -88,7 +98,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub log_level: String,
     /// How often to look for attachments whose netns is gone (seconds).
-    #[arg(long, default_value = "30", value_parser = secs)]
+    #[arg(long, default_value = "30", value_parser = period)]
     pub reconcile_interval: Duration,
     /// On SIGTERM, how long existing connections may drain (seconds).
     #[arg(long, default_value = "20", value_parser = secs)]
@@ -102,7 +112,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "262144", value_parser = bulk_lowat)]
     pub bulk_lowat: usize,
     /// UDP sessions idle this long are closed (seconds).
-    #[arg(long, default_value = "60", value_parser = secs)]
+    #[arg(long, default_value = "60", value_parser = period)]
     pub udp_idle_timeout: Duration,
     /// UDP sessions per forward; the oldest is evicted beyond this.
     #[arg(long, default_value = "4096", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]

@@ -265,13 +265,20 @@ impl Daemon {
                     self.map().insert(k, a);
                     changed = true;
                 }
-                Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. }) => {
+                Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. })
+                    if self.sees_pids_of(&rec) =>
+                {
                     let removed = self.map().remove(&k);
                     if let Some(a) = removed {
                         a.stop().await;
                     }
                     self.reclaim(&rec);
                     changed = true;
+                }
+                Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. }) => {
+                    tracing::warn!(netns = %rec.netns,
+                        "a /proc netns path of another PID namespace than this daemon's: not reclaiming it \
+                         (run edgelinkd with hostPID, docs/install.md)")
                 }
                 Err(e) => {
                     tracing::warn!(netns = %rec.netns, error = %e, "cannot open the netns of an attachment")
@@ -284,6 +291,16 @@ impl Daemon {
         if changed {
             self.changed();
         }
+    }
+
+    /// Whether a netns path of `rec` that cannot be opened means the pod is
+    /// gone. A `/proc/<pid>/ns/net` path (cri-dockerd gives those) names a
+    /// PID of the plugin's PID namespace; a daemon in another one (no
+    /// hostPID) would take every live pod for gone.
+    fn sees_pids_of(&self, rec: &Record) -> bool {
+        !rec.netns.starts_with("/proc/")
+            || rec.pid_namespace.is_none()
+            || rec.pid_namespace == edgelink_attachment::own_pid_namespace()
     }
 
     /// The pod is gone without a DEL: release its address, drop its record.

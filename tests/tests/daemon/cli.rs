@@ -26,6 +26,14 @@ fn a_bad_flag_exits_64_with_a_message_naming_it() {
             "--reconcile-interval",
         ),
         (
+            &["run", "--state-dir", &sd, "--reconcile-interval", "0"],
+            "--reconcile-interval",
+        ),
+        (
+            &["run", "--state-dir", &sd, "--udp-idle-timeout", "0"],
+            "--udp-idle-timeout",
+        ),
+        (
             &["run", "--state-dir", &sd, "--grace-period=-1"],
             "--grace-period",
         ),

@@ -352,3 +352,48 @@ fn reap_refuses_links_that_are_not_retired() {
     assert!(l.pod.has_link("net1"));
     l.echo_once(b"still served\n");
 }
+
+/// A record whose netns is a `/proc/<pid>/ns/net` path (cri-dockerd gives
+/// those) written in another PID namespace than the daemon's: an unopenable
+/// path there says nothing about the pod, so it is not reclaimed. The same
+/// record from the daemon's own PID namespace is.
+#[test]
+fn a_proc_netns_path_of_another_pid_namespace_is_not_reclaimed() {
+    let mut l = DLab::new();
+    let path = l.record_path();
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(rec["pidNamespace"].as_u64().is_some(), "{rec:#}");
+    // A PID that does not exist (above pid_max), as a daemon without
+    // hostPID would see a pod's.
+    rec["netns"] = Value::String("/proc/99999999/ns/net".into());
+    rec["pidNamespace"] = Value::from(1u64);
+    let tmp = path.with_file_name(".edit.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    l.wait_status(Duration::from_secs(5), "the rewritten record taken", |s| {
+        s["attachments"].as_array().is_some_and(|a| a.is_empty())
+    });
+    // Several passes (--reconcile-interval 1): kept, address kept.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(path.exists(), "the record was reclaimed");
+    assert_eq!(l.lab.reserved(NET), vec![l.net1_ip()]);
+    assert_eq!(l.status()["reclaimedTotal"], 0);
+
+    // Written in the daemon's own PID namespace: the pod is gone.
+    rec.as_object_mut().unwrap().remove("pidNamespace");
+    rec["pidNamespace"] = Value::from(own_pid_namespace());
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(4), || l.released()),
+        "not reclaimed: records {:?}",
+        l.lab.records()
+    );
+    assert_eq!(l.status()["reclaimedTotal"], 1);
+    assert!(l.daemon().running());
+}
+
+fn own_pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").unwrap().ino()
+}

@@ -159,6 +159,7 @@ fn add(
         o.remove("prevResult");
     }
     let record = Record {
+        pid_namespace: edgelink_attachment::own_pid_namespace(),
         version: RECORD_VERSION,
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
