@@ -171,10 +171,15 @@ pub fn parse_mac(field: &str, s: &str) -> Result<[u8; 6], PluginError> {
 }
 
 /// `"1.2.3.4"` or `"1.2.3.4/24"` → the address.
+/// A requested address: an IP, or an IP with its prefix length
+/// (`10.1.2.3/24`, as runtimeConfig.ips usually carries it).
 fn parse_requested_ip(field: &str, s: &str) -> Result<IpAddr, PluginError> {
-    let ip = s.split('/').next().unwrap_or(s);
-    ip.parse::<IpAddr>()
-        .map_err(|_| bad(field, &Value::String(s.into()), "is not an IP address"))
+    let parsed = if s.contains('/') {
+        s.parse::<ipnetwork::IpNetwork>().map(|n| n.ip()).ok()
+    } else {
+        s.parse::<IpAddr>().ok()
+    };
+    parsed.ok_or_else(|| bad(field, &Value::String(s.into()), "is not an IP address"))
 }
 
 /// This node's name for per-node ranges.
@@ -738,5 +743,24 @@ mod tests {
         let mut v = base();
         v["type"] = json!("bridge");
         assert!(err(&v).msg.contains("type"));
+    }
+
+    #[test]
+    fn requested_ips_take_an_address_with_or_without_its_prefix() {
+        assert_eq!(
+            parse_requested_ip("ips", "172.17.16.5").unwrap(),
+            "172.17.16.5".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            parse_requested_ip("ips", "172.17.16.5/24").unwrap(),
+            "172.17.16.5".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            parse_requested_ip("ips", "fd00::5/64").unwrap(),
+            "fd00::5".parse::<IpAddr>().unwrap()
+        );
+        for bad in ["172.17.16.5/garbage", "172.17.16.5/33", "nope", ""] {
+            assert!(parse_requested_ip("ips", bad).is_err(), "{bad}");
+        }
     }
 }
