@@ -7,7 +7,7 @@
 //!   the daemon serves the attachment's forwards (the plugin's CHECK).
 //! - `reap <ifindex> <name> <netns path>` → `ok` once the link is found
 //!   retired ([`RETIRED_ALIAS`]), then deleted in the background (the
-//!   plugin's DEL, see [`reap_link`]).
+//!   plugin's DEL, see [`Reaper`]).
 
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -44,7 +44,15 @@ impl CheckReply {
 }
 
 fn exchange(state_dir: &Path, line: &str, timeout: Duration) -> std::io::Result<String> {
-    let mut s = UnixStream::connect(state_dir.join(DAEMON_SOCKET))?;
+    send(
+        UnixStream::connect(state_dir.join(DAEMON_SOCKET))?,
+        line,
+        timeout,
+    )
+}
+
+/// One request line on `s`, one reply line back.
+fn send(mut s: UnixStream, line: &str, timeout: Duration) -> std::io::Result<String> {
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     s.write_all(line.as_bytes())?;
@@ -58,33 +66,41 @@ fn exchange(state_dir: &Path, line: &str, timeout: Duration) -> std::io::Result<
 /// daemon: the only links `reap` deletes, and the ones ADD waits for.
 pub const RETIRED_ALIAS: &str = "edgelink: retired by DEL";
 
-/// Whether a daemon answers on the control socket now.
-pub fn daemon_listening(state_dir: &Path) -> bool {
-    UnixStream::connect(state_dir.join(DAEMON_SOCKET)).is_ok()
-}
+/// A connection to a running daemon, made before DEL retires a link: the
+/// link is only retired when a daemon is there to delete it.
+pub struct Reaper(UnixStream);
 
-/// Hand the retired link `index`, called `name`, in the namespace at
-/// `netns` to the daemon, which deletes it in the background. The kernel
-/// takes 15–40 ms to delete a link (it waits for RCU grace periods), which
-/// DEL need not wait for: the link holds no address any more and carries
-/// [`RETIRED_ALIAS`]. `Err`: no daemon took it (the caller deletes the link
-/// itself).
-pub fn reap_link(state_dir: &Path, netns: &Path, index: u32, name: &str) -> std::io::Result<()> {
-    let netns = netns
-        .to_str()
-        .filter(|p| !p.contains('\n'))
-        .ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "netns path is not UTF-8")
-        })?;
-    match exchange(
-        state_dir,
-        &format!("reap {index} {name} {netns}"),
-        Duration::from_secs(1),
-    )?
-    .as_str()
-    {
-        "ok" => Ok(()),
-        other => Err(std::io::Error::other(format!("daemon answered {other:?}"))),
+impl Reaper {
+    /// Connect to the daemon. `None`: no daemon listens.
+    pub fn connect(state_dir: &Path) -> Option<Reaper> {
+        UnixStream::connect(state_dir.join(DAEMON_SOCKET))
+            .ok()
+            .map(Reaper)
+    }
+
+    /// Hand the retired link `index`, called `name`, in the namespace at
+    /// `netns` to the daemon, which deletes it in the background. The
+    /// kernel takes 15–40 ms to delete a link (it waits for RCU grace
+    /// periods), which DEL need not wait for: the link holds no address
+    /// any more and carries [`RETIRED_ALIAS`]. `Err`: the daemon did not
+    /// take it (the caller deletes the link itself).
+    pub fn reap(self, netns: &Path, index: u32, name: &str) -> std::io::Result<()> {
+        let netns = netns
+            .to_str()
+            .filter(|p| !p.contains('\n'))
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "netns path is not UTF-8")
+            })?;
+        match send(
+            self.0,
+            &format!("reap {index} {name} {netns}"),
+            Duration::from_secs(1),
+        )?
+        .as_str()
+        {
+            "ok" => Ok(()),
+            other => Err(std::io::Error::other(format!("daemon answered {other:?}"))),
+        }
     }
 }
 

@@ -13,8 +13,7 @@ mod forward;
 mod store;
 
 pub use control::{
-    daemon_listening, nudge_daemon, query_daemon, reap_link, CheckReply, ForwardLive,
-    DAEMON_SOCKET, RETIRED_ALIAS,
+    nudge_daemon, query_daemon, CheckReply, ForwardLive, Reaper, DAEMON_SOCKET, RETIRED_ALIAS,
 };
 pub use forward::{Forward, Protocol};
 pub use store::{Listed, RecordStore};

@@ -122,14 +122,14 @@ fn retire_or_delete(
     state_dir: &std::path::Path,
     netns: &std::path::Path,
 ) -> Result<bool, PluginError> {
-    if edgelink_attachment::daemon_listening(state_dir) {
+    if let Some(reaper) = edgelink_attachment::Reaper::connect(state_dir) {
         let retired = pod.addrs(Some(link.index)).is_ok_and(|addrs| {
             addrs
                 .iter()
                 .all(|a| pod.del_addr(link.index, &a.network).is_ok())
         }) && pod.set_alias(link.index, RETIRED_ALIAS).is_ok();
         if retired {
-            match edgelink_attachment::reap_link(state_dir, netns, link.index, &link.name) {
+            match reaper.reap(netns, link.index, &link.name) {
                 Ok(()) => return Ok(true),
                 Err(e) => {
                     tracing::debug!(error = %e, "the daemon did not take {}: deleting it now", link.name)
