@@ -6,6 +6,7 @@
 //! Nothing here touches the host's own interfaces: every link lives in a
 //! namespace a fixture created, and every namespace is deleted on drop.
 
+use edgelink_attachment::RETIRED_ALIAS;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::PathBuf;
@@ -250,9 +251,30 @@ impl<'a> Call<'a> {
 
     /// Run with `stdin` and wait.
     pub fn run_raw(&self, node: &Netns, stdin: &[u8]) -> CniOutput {
-        let mut child = self.command(node, true).spawn().expect("spawn plugin");
+        self.finish(self.command(node, true), stdin)
+    }
+
+    /// Start `cmd`, write `stdin`, wait. After a DEL, also wait (up to 5 s)
+    /// for the interface it retired in CNI_NETNS: with a daemon running,
+    /// DEL hands it over and the daemon deletes it a moment later, so what
+    /// a test sees next is what DEL leaves. A retired interface still there
+    /// after 5 s stays, and the test's own assertions see it.
+    fn finish(&self, mut cmd: Command, stdin: &[u8]) -> CniOutput {
+        let mut child = cmd.spawn().expect("spawn plugin");
         child.stdin.take().unwrap().write_all(stdin).unwrap();
         let out = child.wait_with_output().unwrap();
+        if self.command == "DEL" {
+            if let Some(name) = self.netns.and_then(|p| p.strip_prefix("/var/run/netns/")) {
+                let retired = || {
+                    Command::new("ip")
+                        .args(["-n", name, "-o", "link", "show"])
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).contains(RETIRED_ALIAS))
+                        .unwrap_or(false)
+                };
+                wait_until(std::time::Duration::from_secs(5), || !retired());
+            }
+        }
         CniOutput {
             status: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -423,14 +445,7 @@ impl Call<'_> {
         for k in unset {
             cmd.env_remove(k);
         }
-        let mut child = cmd.spawn().expect("spawn plugin");
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
-        CniOutput {
-            status: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        self.finish(cmd, stdin)
     }
 }
 

@@ -638,6 +638,38 @@ fn ifname_already_in_the_pod_is_101_and_untouched() {
     }
 }
 
+/// An interface of the name that a DEL retired (its alias says so) and no
+/// daemon deleted: ADD waits 2 s for it, then deletes it and goes on.
+#[test]
+fn a_retired_interface_of_the_same_name_is_replaced_after_2_s() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    pod.ip(&[
+        "link", "add", "net1", "type", "veth", "peer", "name", "other1",
+    ]);
+    pod.ip(&[
+        "link",
+        "set",
+        "net1",
+        "alias",
+        edgelink_attachment::RETIRED_ALIAS,
+    ]);
+    let t = std::time::Instant::now();
+    let r = Call::new("ADD", "re1", Some(&pod.path()), "net1")
+        .run(&lab.node, &lab.bridge_conf("1.0.0"))
+        .ok();
+    assert!(
+        t.elapsed() >= std::time::Duration::from_secs(2),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(r["ips"][0]["address"], "172.31.250.100/24");
+    // The new net1 is edgelink's veth; the old pair is gone.
+    assert!(!pod.has_link("other1"), "{:?}", pod.links());
+    assert!(!pod.link_details("net1").contains("retired"));
+    // Any other interface of the name still fails with 101 (above).
+}
+
 #[test]
 fn macvlan_on_an_uplink_that_is_a_bridge_port_is_7() {
     // A bridge NAD enslaved uplink0 to edge0; a macvlan NAD on the same

@@ -50,6 +50,18 @@ fn a_bad_flag_exits_64_with_a_message_naming_it() {
             "--udp-max-sessions",
         ),
         (
+            &["run", "--state-dir", &sd, "--bulk-lowat", "99999999"],
+            "--bulk-lowat",
+        ),
+        (
+            &["run", "--state-dir", &sd, "--bulk-lowat", "lots"],
+            "--bulk-lowat",
+        ),
+        (
+            &["run", "--state-dir", &sd, "--udp-gso", "maybe"],
+            "--udp-gso",
+        ),
+        (
             &["run", "--state-dir", &sd, "--log-level", "loud"],
             "--log-level",
         ),

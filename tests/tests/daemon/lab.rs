@@ -118,6 +118,27 @@ pub struct DLab {
 /// counters hold only the tests' own traffic).
 const BASE_FLAGS: &[&str] = &["--reconcile-interval", "1", "--probe-interval", "0"];
 
+/// A veth from `pod`'s eth0 (`pod_cidr`) to `client`'s `client_if`
+/// (`client_cidr`), both up: the cluster network of a proxy pod.
+pub fn cable(pod: &Netns, client: &Netns, client_if: &str, pod_cidr: &str, client_cidr: &str) {
+    pod.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        client_if,
+        "netns",
+        &client.name,
+    ]);
+    pod.ip(&["addr", "add", pod_cidr, "dev", "eth0"]);
+    client.ip(&["addr", "add", client_cidr, "dev", client_if]);
+    pod.ip(&["link", "set", "eth0", "up"]);
+    client.ip(&["link", "set", client_if, "up"]);
+}
+
 pub fn forwards() -> Value {
     json!([
         {"name": "api", "protocol": "tcp", "port": API, "target": format!("{DEVICE_V4}:{API}")},
@@ -144,20 +165,13 @@ impl DLab {
         let lab = Lab::new();
         let pod = lab.pod();
         let client = Netns::new("cli");
-        pod.ip(&[
-            "link",
-            "add",
+        cable(
+            &pod,
+            &client,
             "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &client.name,
-        ]);
-        pod.ip(&["addr", "add", &format!("{POD_IP}/24"), "dev", "eth0"]);
-        client.ip(&["addr", "add", &format!("{CLIENT_IP}/24"), "dev", "eth0"]);
+            &format!("{POD_IP}/24"),
+            &format!("{CLIENT_IP}/24"),
+        );
         pod.ip(&[
             "addr",
             "add",
@@ -174,8 +188,6 @@ impl DLab {
             "eth0",
             "nodad",
         ]);
-        pod.ip(&["link", "set", "eth0", "up"]);
-        client.ip(&["link", "set", "eth0", "up"]);
 
         let dev = NsRuntime::new(&lab.device, 2);
         let cl = NsRuntime::new(&client, 2);
@@ -526,14 +538,9 @@ fn start_servers(dev: &NsRuntime, seen: Arc<Seen>) {
     dev.spawn(async move {
         while let Ok((mut s, _)) = drain_l.accept().await {
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 << 10];
-                let mut n = 0u64;
-                loop {
-                    match s.read(&mut buf).await {
-                        Ok(0) => break,
-                        Ok(k) => n += k as u64,
-                        Err(_) => return,
-                    }
+                let (n, how) = read_all(&mut s).await;
+                if how != "eof" {
+                    return;
                 }
                 let _ = s.write_all(format!("{n}\n").as_bytes()).await;
                 let _ = s.shutdown().await;
@@ -549,16 +556,10 @@ fn start_servers(dev: &NsRuntime, seen: Arc<Seen>) {
                 if s.write_all(HELLO).await.is_err() || s.shutdown().await.is_err() {
                     return;
                 }
-                let mut buf = vec![0u8; 64 << 10];
-                let mut n = 0u64;
-                loop {
-                    match s.read(&mut buf).await {
-                        Ok(0) => break,
-                        Ok(k) => n += k as u64,
-                        Err(_) => return,
-                    }
+                let (n, how) = read_all(&mut s).await;
+                if how == "eof" {
+                    seen.speak.lock().unwrap().push(n);
                 }
-                seen.speak.lock().unwrap().push(n);
             });
         }
     });

@@ -397,3 +397,16 @@ fn own_pid_namespace() -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self/ns/pid").unwrap().ino()
 }
+
+/// A daemon killed with -9 leaves its socket file behind: DEL finds nobody
+/// to hand the interface to and deletes it itself, at once.
+#[test]
+fn del_with_the_daemon_killed_deletes_the_interface_itself() {
+    let mut l = DLab::new();
+    l.daemon().kill9();
+    assert!(l.lab.state.path().join("edgelinkd.sock").exists());
+    l.call("DEL").ok_empty();
+    assert_eq!(l.pod.links_sorted(), vec!["eth0", "lo"]);
+    assert!(l.lab.host_veths().is_empty(), "{:?}", l.lab.host_veths());
+    assert!(l.released());
+}

@@ -17,23 +17,7 @@ fn two_pods_are_served_side_by_side_and_del_of_one_leaves_the_other() {
     let mut l = DLab::new();
     // A second proxy pod, its eth0 on the client's eth1.
     let pod2 = l.lab.pod();
-    pod2.ip(&[
-        "link",
-        "add",
-        "eth0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth1",
-        "netns",
-        &l.client.name,
-    ]);
-    pod2.ip(&["addr", "add", "10.244.2.10/24", "dev", "eth0"]);
-    l.client
-        .ip(&["addr", "add", "10.244.2.20/24", "dev", "eth1"]);
-    pod2.ip(&["link", "set", "eth0", "up"]);
-    l.client.ip(&["link", "set", "eth1", "up"]);
+    cable(&pod2, &l.client, "eth1", "10.244.2.10/24", "10.244.2.20/24");
     let p2 = pod2.path();
     let call = |cmd: &'static str| Call::new(cmd, "proxy-1-cid", Some(&p2), "net1");
     let args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=hil;K8S_POD_NAME=proxy-1";
