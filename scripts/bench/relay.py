@@ -185,9 +185,9 @@ def in_ns(ns, fn, *args):
     return box.get("v")
 
 
-def proc_table():
-    """pid -> (ppid, utime+stime+cutime+cstime ticks)."""
-    out = {}
+def proc_stats():
+    """(pid, the fields of /proc/PID/stat after the command) of every live
+    process: fields[0] is the state, [1] the ppid, [3] the session."""
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -196,8 +196,14 @@ def proc_table():
                 s = f.read()
         except OSError:
             continue
-        f = s[s.rindex(")") + 2:].split()
-        out[int(d)] = (int(f[1]), int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]))
+        yield int(d), s[s.rindex(")") + 2:].split()
+
+
+def proc_table():
+    """pid -> (ppid, utime+stime+cutime+cstime ticks)."""
+    out = {}
+    for pid, f in proc_stats():
+        out[pid] = (int(f[1]), int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]))
     return out
 
 
@@ -348,18 +354,7 @@ class Procs:
     def session(sid):
         """Live processes of session `sid` (each started process leads its
         own session: that is it and its children)."""
-        out = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    st = f.read()
-            except OSError:
-                continue
-            if int(st[st.rindex(")") + 2:].split()[3]) == sid:
-                out.append(int(d))
-        return out
+        return [pid for pid, f in proc_stats() if int(f[3]) == sid]
 
     def stop(self, p):
         """SIGTERM, then SIGKILL, to the process and everything in its session."""
