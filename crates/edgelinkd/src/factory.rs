@@ -82,10 +82,11 @@ fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }
+    // The ingress interface of each accepted connection (IP_PKTOPTIONS) and
+    // of each datagram (IP_PKTINFO) tells the private side apart: on before
+    // bind, so that nothing arrives without it.
+    crate::sockopt::enable_pktinfo(&s, addr.is_ipv6())?;
     if stream {
-        // The ingress interface of each accepted connection (IP_PKTOPTIONS)
-        // tells private-side connections apart.
-        crate::sockopt::enable_pktinfo(&s, addr.is_ipv6())?;
         // Accepted sockets inherit TCP_NODELAY: no setsockopt per connection.
         s.set_tcp_nodelay(true)?;
         s.bind(&addr.into())?;

@@ -88,6 +88,10 @@ impl Default for UdpConfig {
 /// its socket is being made) and upstream sockets that could not be made or
 /// connected (`connect_errors`).
 ///
+/// The listener should have IP_PKTINFO (IPV6_RECVPKTINFO) on before it is
+/// bound: serve_udp turns it on too, but a datagram queued before that
+/// carries no interface (`refuse` is then asked with `None`).
+///
 /// Fails if the listener cannot be set up, or fails in a way that will not
 /// pass (EBADF, ENOTSOCK, ...); transient errors are counted as drops.
 pub async fn serve_udp(

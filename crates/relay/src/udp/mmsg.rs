@@ -351,6 +351,11 @@ fn pktinfo(hdr: &libc::msghdr) -> (Option<u32>, Option<Local>) {
                     if have >= mem::size_of::<libc::in_pktinfo>() =>
                 {
                     let info = ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                    // Index 0: queued before IP_PKTINFO was on; says nothing.
+                    if info.ipi_ifindex == 0 {
+                        cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+                        continue;
+                    }
                     found = (
                         Some(info.ipi_ifindex as u32),
                         Some(Local::V4(Ipv4Addr::from(u32::from_be(
@@ -362,6 +367,10 @@ fn pktinfo(hdr: &libc::msghdr) -> (Option<u32>, Option<Local>) {
                     if have >= mem::size_of::<libc::in6_pktinfo>() =>
                 {
                     let info = ptr::read_unaligned(data.cast::<libc::in6_pktinfo>());
+                    if info.ipi6_ifindex == 0 {
+                        cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+                        continue;
+                    }
                     found = (
                         Some(info.ipi6_ifindex),
                         Some(Local::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr))),
@@ -572,5 +581,25 @@ mod tests {
             4
         );
         assert_eq!(receive(&rx, 4).len(), 4);
+    }
+
+    #[test]
+    fn a_datagram_queued_before_pktinfo_was_on_has_no_interface() {
+        // The kernel then reports ifindex 0 and address 0.0.0.0: unknown,
+        // not an interface.
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"early", rx.local_addr().unwrap()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::Ipv4PacketInfo, &true)
+            .unwrap();
+        tx.send_to(b"late", rx.local_addr().unwrap()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut batch = RecvBatch::new(4);
+        assert_eq!(recv_batch(rx.as_fd(), &mut batch, 4).unwrap(), 2);
+        assert_eq!(batch.datagram(0), b"early");
+        assert_eq!((batch.meta(0).ifindex, batch.meta(0).local), (None, None));
+        assert_eq!(batch.datagram(1), b"late");
+        assert!(batch.meta(1).ifindex.is_some_and(|i| i > 0));
     }
 }

@@ -42,6 +42,21 @@ impl Relay {
         refuse: Arc<RefuseFn>,
     ) -> Relay {
         let listener = std::net::UdpSocket::bind(listen).unwrap();
+        // Before anything is sent to it (serve_udp's own runs later).
+        if listener.local_addr().unwrap().is_ipv4() {
+            nix::sys::socket::setsockopt(
+                &listener,
+                nix::sys::socket::sockopt::Ipv4PacketInfo,
+                &true,
+            )
+        } else {
+            nix::sys::socket::setsockopt(
+                &listener,
+                nix::sys::socket::sockopt::Ipv6RecvPacketInfo,
+                &true,
+            )
+        }
+        .unwrap();
         let mut addr = listener.local_addr().unwrap();
         if addr.ip().is_unspecified() {
             addr.set_ip(if addr.is_ipv4() {
@@ -276,7 +291,11 @@ fn refused_datagrams_are_dropped_and_counted() {
         assert_eq!(Counters::get(&c.udp_sessions_total), 1);
         // The hook is told the interface: loopback.
         let lo = nix::net::if_::if_nametoindex("lo").unwrap();
-        assert!(seen.lock().unwrap().iter().all(|i| *i == Some(lo)));
+        assert!(
+            seen.lock().unwrap().iter().all(|i| *i == Some(lo)),
+            "{:?}",
+            seen.lock().unwrap()
+        );
         relay.stop().await;
     });
 }
