@@ -79,7 +79,7 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct Basics {
     pub state_dir: PathBuf,
-    pub log_file: Option<PathBuf>,
+    pub log_file: Option<String>,
     pub log_level: Option<String>,
 }
 
@@ -90,7 +90,7 @@ pub fn basics(raw: &Value) -> Basics {
             .filter(|p| !p.is_empty())
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
-        log_file: s("logFile").filter(|p| !p.is_empty()).map(PathBuf::from),
+        log_file: s("logFile").filter(|p| !p.is_empty()),
         log_level: s("logLevel"),
     }
 }
@@ -471,17 +471,7 @@ impl Config {
                     Ipam::Builtin(Box::new(builtin_ipam(&net.raw["ipam"], &state_dir)?))
                 }
                 Some(Value::String(t)) => {
-                    let valid = t
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                        && !t.starts_with('.');
-                    if !valid {
-                        return Err(bad(
-                            "ipam.type",
-                            &Value::String(t.clone()),
-                            "is not a plugin name",
-                        ));
-                    }
+                    crate::delegate::validate_plugin_name(t)?;
                     Ipam::Delegated { plugin: t.clone() }
                 }
                 Some(v) => return Err(bad("ipam.type", v, "is not a string")),

@@ -9,7 +9,38 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 
+/// Whether `name` is a plain plugin name, safe to join to a CNI_PATH
+/// directory: not empty, no `/` (nor NUL), not `.` or `..` and no `..` in
+/// it, only ASCII letters, digits, `-`, `_` and `.`, not starting with `.`.
+/// libcni's FindInPath refuses a name with a path separator; this is
+/// stricter.
+pub fn is_plugin_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && !name.contains("..")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The one check of a delegated IPAM's name (`ipam.type`), made by every
+/// command before anything is executed: code 7 naming the field.
+pub fn validate_plugin_name(name: &str) -> Result<(), PluginError> {
+    if is_plugin_name(name) {
+        return Ok(());
+    }
+    Err(PluginError::Cni(CniError::new(
+        codes::INVALID_CONFIG,
+        format!(
+            "ipam.type: {name:?} is not a plugin name (letters, digits, '-', '_' and '.', \
+             not starting with '.', no '/' or '..'): it must name a file in a CNI_PATH directory"
+        ),
+    )))
+}
+
 fn find(plugin: &str, env: &Env) -> Result<PathBuf, PluginError> {
+    validate_plugin_name(plugin)?;
     env.path
         .iter()
         .map(|d| d.join(plugin))
@@ -92,4 +123,42 @@ pub fn exec(
         )
         .with_details(format!("delegate code {code}")),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_names() {
+        for ok in [
+            "host-local",
+            "dhcp",
+            "static",
+            "whereabouts",
+            "my_ipam.v2",
+            "a",
+        ] {
+            assert!(is_plugin_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/../b",
+            "/tmp/x.sh",
+            "bin/sh",
+            "x..y",
+            ".hidden",
+            "a b",
+            "a\0b",
+            "a\\b",
+        ] {
+            assert!(!is_plugin_name(bad), "{bad:?}");
+            let e = validate_plugin_name(bad).unwrap_err().into_cni();
+            assert_eq!(e.code, 7);
+            assert!(e.msg.starts_with("ipam.type"), "{e}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ mod error;
 #[cfg(test)]
 mod examples;
 mod lock;
+mod logfile;
 mod names;
 mod sysctl;
 
@@ -20,7 +21,10 @@ use error::PluginError;
 use serde_json::Value;
 use std::io::{Read, Write};
 
-fn init_logging(raw: Option<&Value>) {
+/// Set up logging: stderr, or `logFile` when it is allowed
+/// ([`logfile`]). A `logFile` that breaks the rules is returned as the
+/// command's error (code 7); nothing was created for it.
+fn init_logging(raw: Option<&Value>) -> Option<CniError> {
     let b = raw.map(config::basics);
     let level = b
         .as_ref()
@@ -35,22 +39,27 @@ fn init_logging(raw: Option<&Value>) {
         .with_max_level(filter)
         .with_ansi(false)
         .with_target(false);
-    match b.and_then(|b| b.log_file) {
-        Some(path) => match std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-        {
-            Ok(f) => {
-                let _ = builder.with_writer(std::sync::Mutex::new(f)).try_init();
-            }
-            Err(e) => {
-                eprintln!("edgelink: cannot open logFile {}: {e}", path.display());
-                let _ = builder.with_writer(std::io::stderr).try_init();
-            }
-        },
-        None => {
+    let Some(value) = b.and_then(|b| b.log_file) else {
+        let _ = builder.with_writer(std::io::stderr).try_init();
+        return None;
+    };
+    match logfile::open_log_file(&value, &logfile::allowed_dir()) {
+        Ok(f) => {
+            let _ = builder.with_writer(std::sync::Mutex::new(f)).try_init();
+            None
+        }
+        Err(e) => {
             let _ = builder.with_writer(std::io::stderr).try_init();
+            match e {
+                logfile::LogFileError::Invalid(e) => {
+                    eprintln!("edgelink: {}", e.msg);
+                    Some(e)
+                }
+                logfile::LogFileError::Io(msg) => {
+                    eprintln!("edgelink: {msg}; logging to stderr");
+                    None
+                }
+            }
         }
     }
 }
@@ -101,13 +110,26 @@ fn main() {
         let _ = std::io::stdin().read_to_end(&mut stdin);
     }
     let raw: Option<Value> = serde_json::from_slice(&stdin).ok();
-    init_logging(raw.as_ref());
+    let bad_log_file = init_logging(raw.as_ref());
     let version = edgelink_cni_spec::netconf::raw_version(&stdin)
         .unwrap_or_else(|| edgelink_cni_spec::CniVersion::LATEST.as_str().to_string());
 
-    let outcome = env
-        .map_err(PluginError::from)
-        .and_then(|env| dispatch(&env, &stdin));
+    let outcome = env.map_err(PluginError::from).and_then(|env| {
+        match (bad_log_file, env.command) {
+            (None, _) | (Some(_), Command::Version) => dispatch(&env, &stdin),
+            // DEL still tears down (it must work from whatever it gets),
+            // then reports the bad logFile.
+            (Some(bad), Command::Del) => match dispatch(&env, &stdin) {
+                Ok(_) => Err(bad.into()),
+                Err(e) => {
+                    let e = e.into_cni();
+                    Err(CniError::new(bad.code, format!("{}; {}", bad.msg, e.msg)).into())
+                }
+            },
+            // Everything else: refused before anything is touched.
+            (Some(bad), _) => Err(bad.into()),
+        }
+    });
     let mut out = std::io::stdout().lock();
     let code = match outcome {
         Ok(Some(v)) => {

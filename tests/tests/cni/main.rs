@@ -9,4 +9,5 @@ mod errors;
 mod ipam;
 mod lifecycle;
 mod macvlan;
+mod review_plugin;
 mod runtimes;

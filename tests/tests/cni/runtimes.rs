@@ -532,21 +532,28 @@ fn logs_go_to_stderr_or_log_file_never_to_stdout() {
         .ok_empty();
 
     // logFile: stderr stays quiet, the file gets the stages and errors.
+    // The file must lie in the allowed directory (EDGELINK_LOG_DIR).
     let log = lab.state.path().join("edgelink.log");
+    let log_dir = lab.state_dir();
+    fn in_dir<'a>(mut c: Call<'a>, dir: &'a str) -> Call<'a> {
+        c.extra_env.push(("EDGELINK_LOG_DIR", dir));
+        c
+    }
+    let with_dir = |c| in_dir(c, &log_dir);
     conf["logFile"] = json!(log.display().to_string());
-    let out = Call::new("ADD", "log2", Some(&p), "net1").run(&lab.node, &conf);
+    let out = with_dir(Call::new("ADD", "log2", Some(&p), "net1")).run(&lab.node, &conf);
     out.ok();
     assert!(out.stderr.trim().is_empty(), "{}", out.stderr);
     let mut bad = conf.clone();
     bad["mode"] = json!("nope");
-    let (code, _) = Call::new("ADD", "log3", Some(&p), "net2")
+    let (code, _) = with_dir(Call::new("ADD", "log3", Some(&p), "net2"))
         .run(&lab.node, &bad)
         .err();
     assert_eq!(code, 7);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("record written"), "{text}");
     assert!(text.contains("nope"), "{text}");
-    Call::new("DEL", "log2", Some(&p), "net1")
+    with_dir(Call::new("DEL", "log2", Some(&p), "net1"))
         .run(&lab.node, &conf)
         .ok_empty();
 }

@@ -1,0 +1,180 @@
+//! Regression tests for the plugin defects found in review (issue 9, items
+//! 1, 4, 5 and 6): a delegated IPAM name or a `logFile` that points
+//! elsewhere, GC without its list, and ADDs that failed half-way leaving
+//! something behind.
+
+use edgelink_tests::*;
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+const NET: &str = "plant-floor";
+
+/// A shell script at `path` that touches `marker` when run.
+fn marker_script(path: &Path, marker: &Path) {
+    std::fs::write(
+        path,
+        format!(
+            "#!/bin/sh\ntouch '{}'\necho '{{\"cniVersion\":\"1.1.0\"}}'\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// 1. ipam.type is a plain plugin name in every command.
+
+#[test]
+fn no_command_executes_an_ipam_type_that_is_a_path() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    let p = pod.path();
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let marker = tmp.path().join("marker");
+    let script = tmp.path().join("x.sh");
+    marker_script(&script, &marker);
+    // The same script inside CNI_PATH too, so a name that is only a name
+    // (the control) does run.
+    marker_script(&bin.join("x.sh"), &marker);
+    let cni_path = bin.display().to_string();
+    let abs = script.display().to_string();
+
+    for bad in [abs.as_str(), "../x.sh", "./x.sh", "bin/../x.sh", ".."] {
+        let conf = json!({
+            "cniVersion": "1.1.0", "name": NET, "type": "edgelink",
+            "mode": "bridge", "bridge": "edge0", "uplink": "uplink0",
+            "stateDir": lab.state_dir(),
+            "ipam": {"type": bad},
+            "cni.dev/valid-attachments": [],
+        });
+        for command in ["DEL", "ADD", "CHECK", "STATUS", "GC"] {
+            let mut call = Call::new(command, "evil", Some(&p), "net1");
+            call.path = &cni_path;
+            let (code, msg) = call.run(&lab.node, &conf).err();
+            assert_eq!(code, 7, "{command} {bad}: {msg}");
+            assert!(msg.contains("ipam.type"), "{command} {bad}: {msg}");
+            assert!(
+                !marker.exists(),
+                "{command} with ipam.type {bad:?} executed {}",
+                script.display()
+            );
+        }
+        assert!(!pod.has_link("net1"), "{bad}");
+        assert!(lab.records().is_empty(), "{bad}");
+    }
+
+    // The control: a plain name found in CNI_PATH is executed by DEL.
+    let conf = json!({
+        "cniVersion": "1.1.0", "name": NET, "type": "edgelink",
+        "stateDir": lab.state_dir(), "ipam": {"type": "x.sh"},
+    });
+    let mut call = Call::new("DEL", "evil", Some(&p), "net1");
+    call.path = &cni_path;
+    call.run(&lab.node, &conf).ok_empty();
+    assert!(marker.exists(), "the control did not run the delegate");
+}
+
+// ---------------------------------------------------------------------------
+// 1. logFile: only a file directly inside the allowed directory, never
+//    through a symbolic link; a bad value is code 7 and creates nothing.
+
+struct Logs {
+    tmp: tempfile::TempDir,
+    dir: PathBuf,
+    dir_s: String,
+}
+
+impl Logs {
+    fn new() -> Logs {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("logs");
+        std::fs::create_dir(&dir).unwrap();
+        let dir_s = dir.display().to_string();
+        Logs { tmp, dir, dir_s }
+    }
+
+    fn call<'a>(&'a self, command: &'a str, cid: &'a str, pod: &'a str) -> Call<'a> {
+        let mut c = Call::new(command, cid, Some(pod), "net1");
+        c.extra_env.push(("EDGELINK_LOG_DIR", &self.dir_s));
+        c
+    }
+}
+
+#[test]
+fn log_file_outside_the_allowed_directory_is_refused_and_nothing_is_created() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    let p = pod.path();
+    let logs = Logs::new();
+    let outside = logs.tmp.path().join("outside.log");
+    let escape_target = logs.tmp.path().join("escape.log");
+    let link_target = logs.tmp.path().join("target.log");
+    let existing = logs.tmp.path().join("existing.log");
+    std::fs::write(&existing, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&link_target, logs.dir.join("dangling.log")).unwrap();
+    std::os::unix::fs::symlink(&existing, logs.dir.join("existing.log")).unwrap();
+    std::fs::create_dir(logs.dir.join("sub")).unwrap();
+    let relative = format!("elk-relative-{}.log", std::process::id());
+    let cwd = std::env::current_dir().unwrap();
+
+    let cases: Vec<(String, &str)> = vec![
+        (relative.clone(), "absolute"),
+        (outside.display().to_string(), "directly inside"),
+        (format!("{}/../escape.log", logs.dir_s), "'..'"),
+        (format!("{}/dangling.log", logs.dir_s), "symbolic link"),
+        (format!("{}/existing.log", logs.dir_s), "symbolic link"),
+        (format!("{}/sub/x.log", logs.dir_s), "directly inside"),
+        ("/etc/cron.d/edgelink".to_string(), "directly inside"),
+    ];
+    for (value, needle) in &cases {
+        let mut conf = lab.bridge_conf("1.1.0");
+        conf["logFile"] = json!(value);
+        conf["logLevel"] = json!("debug");
+        conf["cni.dev/valid-attachments"] = json!([]);
+        for command in ["ADD", "CHECK", "STATUS", "GC", "DEL"] {
+            let (code, msg) = logs.call(command, "lf", &p).run(&lab.node, &conf).err();
+            assert_eq!(code, 7, "{command} {value}: {msg}");
+            assert!(
+                msg.contains("logFile") && msg.contains(needle),
+                "{command} {value}: {msg}"
+            );
+        }
+        assert!(!pod.has_link("net1"), "{value}");
+        assert!(lab.reserved(NET).is_empty(), "{value}");
+    }
+    assert!(!cwd.join(&relative).exists());
+    assert!(!outside.exists());
+    assert!(!escape_target.exists());
+    assert!(!link_target.exists(), "a dangling symlink was followed");
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "precious\n");
+    assert!(!Path::new("/etc/cron.d/edgelink").exists());
+    assert!(!logs.dir.join("sub/x.log").exists());
+
+    // A good value: the file is created inside the directory and gets the logs.
+    let good = logs.dir.join("edgelink.log");
+    let mut conf = lab.bridge_conf("1.1.0");
+    conf["logFile"] = json!(good.display().to_string());
+    conf["logLevel"] = json!("debug");
+    let out = logs.call("ADD", "lf", &p).run(&lab.node, &conf);
+    out.ok();
+    assert!(out.stderr.trim().is_empty(), "{}", out.stderr);
+    let text = std::fs::read_to_string(&good).unwrap();
+    assert!(text.contains("record written"), "{text}");
+    let meta = std::fs::symlink_metadata(&good).unwrap();
+    assert!(meta.file_type().is_file());
+
+    // DEL with a bad logFile still tears the attachment down, and says why
+    // it failed.
+    let mut bad = conf.clone();
+    bad["logFile"] = json!(outside.display().to_string());
+    let (code, msg) = logs.call("DEL", "lf", &p).run(&lab.node, &bad).err();
+    assert_eq!(code, 7, "{msg}");
+    assert!(!pod.has_link("net1"));
+    assert!(lab.reserved(NET).is_empty());
+    assert!(lab.records().is_empty());
+    assert!(!outside.exists());
+}
