@@ -1062,3 +1062,29 @@ impl Drop for ChildGuard {
         }
     }
 }
+
+impl Lab {
+    /// Make every file of the IPAM store and every attachment record look
+    /// written an hour ago (their mtime), as if the ADDs that wrote them
+    /// had finished long ago: GC keeps younger ones (an ADD in flight).
+    pub fn age_state(&self) {
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        fn walk(dir: &std::path::Path, t: std::time::SystemTime) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.filter_map(|e| e.ok()) {
+                let Ok(ft) = e.file_type() else { continue };
+                if ft.is_dir() {
+                    walk(&e.path(), t);
+                } else if ft.is_file() {
+                    if let Ok(f) = std::fs::File::options().write(true).open(e.path()) {
+                        let _ = f.set_modified(t);
+                    }
+                }
+            }
+        }
+        walk(&self.state.path().join("ipam"), hour_ago);
+        walk(&self.state.path().join("attachments"), hour_ago);
+    }
+}

@@ -33,5 +33,5 @@ pub use config::{
 };
 pub use store::{
     release_all_except, release_all_except_with_grace, Allocation, GcReport, IpamError, Owner,
-    Store, StoreLock,
+    Store, StoreLock, GC_GRACE,
 };

@@ -44,7 +44,7 @@ use pool::Pool;
 use writer::Pick;
 
 pub use error::IpamError;
-pub use gc::{release_all_except, release_all_except_with_grace, GcReport, STICKY_TTL};
+pub use gc::{release_all_except, release_all_except_with_grace, GcReport, GC_GRACE, STICKY_TTL};
 
 /// Who holds a reservation: the attachment (container ID, ifname) and, for
 /// sticky addresses and diagnostics, the pod.

@@ -178,3 +178,107 @@ fn log_file_outside_the_allowed_directory_is_refused_and_nothing_is_created() {
     assert!(lab.records().is_empty());
     assert!(!outside.exists());
 }
+
+// ---------------------------------------------------------------------------
+// 4. GC: a request without the list is refused; an ADD in flight is safe.
+
+/// One bridge attachment made by ADD.
+struct Att {
+    cid: &'static str,
+    pod: Netns,
+    ip: String,
+}
+
+fn add_att(lab: &Lab, conf: &Value, cid: &'static str) -> Att {
+    let pod = lab.pod();
+    let r = Call::new("ADD", cid, Some(&pod.path()), "net1")
+        .run(&lab.node, conf)
+        .ok();
+    let ip = r["ips"][0]["address"].as_str().unwrap().to_string();
+    Att { cid, pod, ip }
+}
+
+impl Att {
+    fn bare_ip(&self) -> String {
+        self.ip.split('/').next().unwrap().to_string()
+    }
+}
+
+/// Exactly `atts` are attached: reservations, records, node-side veths and
+/// the pods' interfaces with their addresses.
+fn assert_attached(lab: &Lab, atts: &[&Att]) {
+    let mut ips: Vec<String> = atts.iter().map(|a| a.bare_ip()).collect();
+    ips.sort();
+    assert_eq!(lab.reserved(NET), ips);
+    assert_eq!(lab.records().len(), atts.len(), "{:?}", lab.records());
+    assert_eq!(lab.host_veths().len(), atts.len(), "{:?}", lab.host_veths());
+    for a in atts {
+        assert_eq!(a.pod.addrs("net1"), vec![a.ip.clone()], "{}", a.cid);
+    }
+}
+
+#[test]
+fn gc_without_valid_attachments_is_refused_and_touches_nothing() {
+    let lab = Lab::new();
+    let conf = lab.bridge_conf("1.1.0");
+    let a = add_att(&lab, &conf, "gcr-a");
+    let b = add_att(&lab, &conf, "gcr-b");
+    // Long past any grace: only the missing list may protect them.
+    lab.age_state();
+    assert_attached(&lab, &[&a, &b]);
+
+    for key in [
+        None,
+        Some("cni.dev/valid-attachments"),
+        Some("cni.dev/attachments"),
+    ] {
+        let mut gc = conf.clone();
+        if let Some(k) = key {
+            // A key that is present but not a list is malformed too.
+            gc[k] = json!({"containerID": "gcr-a", "ifname": "net1"});
+        }
+        let (code, msg) = Call::new("GC", "", None, "").run(&lab.node, &gc).err();
+        assert_eq!(code, 7, "{key:?}: {msg}");
+        assert!(
+            msg.contains("valid-attachments") || msg.contains(key.unwrap_or("-")),
+            "{msg}"
+        );
+        assert_attached(&lab, &[&a, &b]);
+        assert!(tcp_reachable(&a.pod, DEVICE_V4, 9));
+        assert!(tcp_reachable(&b.pod, DEVICE_V4, 9));
+    }
+
+    // An empty list is a real answer: both go.
+    Call::new("GC", "", None, "")
+        .run(&lab.node, &Lab::gc_conf(&conf, &[]))
+        .ok_empty();
+    assert!(lab.reserved(NET).is_empty());
+    assert!(lab.records().is_empty());
+    assert!(lab.host_veths().is_empty());
+}
+
+#[test]
+fn gc_keeps_an_add_in_flight_and_collects_an_old_attachment() {
+    let lab = Lab::new();
+    let conf = lab.bridge_conf("1.1.0");
+    let old = add_att(&lab, &conf, "gcg-old");
+    lab.age_state();
+    // Just made: its ADD may still be in flight as far as the runtime knows.
+    let young = add_att(&lab, &conf, "gcg-young");
+    assert_attached(&lab, &[&old, &young]);
+
+    Call::new("GC", "", None, "")
+        .run(&lab.node, &Lab::gc_conf(&conf, &[]))
+        .ok_empty();
+    assert_attached(&lab, &[&young]);
+    assert!(tcp_reachable(&young.pod, DEVICE_V4, 9));
+
+    // Once old, the same GC collects it.
+    lab.age_state();
+    Call::new("GC", "", None, "")
+        .run(&lab.node, &Lab::gc_conf(&conf, &[]))
+        .ok_empty();
+    assert!(lab.reserved(NET).is_empty());
+    assert!(lab.records().is_empty());
+    assert!(lab.host_veths().is_empty());
+}

@@ -17,6 +17,13 @@ use super::{disk_ip_name, valid_network_name, IpamError, Store, StoreLock};
 /// its addresses is held by the same pod.
 pub const STICKY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long a reservation is safe from CNI GC after it was made, whether
+/// or not its attachment is listed as valid: an ADD reserves its addresses
+/// before it returns (and may then wait for the bridge port, up to 10 s),
+/// and the runtime lists an attachment only after ADD returned. The age is
+/// the file's mtime, as for the node daemon's `--ipam-gc-grace`.
+pub const GC_GRACE: Duration = Duration::from_secs(30);
+
 /// What a GC run did.
 #[derive(Debug, Default)]
 pub struct GcReport {

@@ -192,3 +192,40 @@ fn gc_reports_errors_and_keeps_going() {
         "the other reservations are still released"
     );
 }
+
+/// CNI GC's grace ([`GC_GRACE`]): a reservation just made (an ADD in
+/// flight) survives a GC that does not list it; once its file is older than
+/// the grace, the same GC releases it.
+#[test]
+fn cni_gc_grace_keeps_an_add_in_flight_and_collects_an_old_reservation() {
+    let env = Env::new();
+    let c = small();
+    let young = env.take(&c, "young");
+    let old = env.take(&c, "old");
+    // Age "old": its reservation files (and owner index) written an hour ago.
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    for dir in [env.dir().to_path_buf(), env.dir().join("owners")] {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_old = super::super::disk_ip_name(&name).is_some_and(|ip| old.contains(&ip))
+                || name.starts_with("old_");
+            if is_old {
+                File::options()
+                    .write(true)
+                    .open(e.path())
+                    .unwrap()
+                    .set_modified(hour_ago)
+                    .unwrap();
+            }
+        }
+    }
+    let mut lock = env.store.lock(Duration::from_secs(1)).unwrap();
+    let report = lock.release_all_except_with_grace(&valid(&[]), GC_GRACE);
+    drop(lock);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let released: Vec<IpAddr> = report.released.iter().map(|r| r.1).collect();
+    assert_eq!(released, old);
+    assert_eq!(env.store.reserved_by("young", "net1").unwrap(), young);
+    assert!(env.store.reserved_by("old", "net1").unwrap().is_empty());
+}
