@@ -282,3 +282,51 @@ fn gc_keeps_an_add_in_flight_and_collects_an_old_attachment() {
     assert!(lab.records().is_empty());
     assert!(lab.host_veths().is_empty());
 }
+
+// ---------------------------------------------------------------------------
+// 6. A macvlan ADD that fails after the macvlan exists removes it.
+
+#[test]
+fn macvlan_add_failing_after_creation_leaves_nothing_and_a_retry_succeeds() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    let p = pod.path();
+    // The uplink's own MAC: the kernel creates the macvlan, then refuses to
+    // bring it up (EADDRINUSE), after the rename to CNI_IFNAME.
+    let mut conf = lab.macvlan_conf("1.1.0");
+    conf["mac"] = json!(lab.node.mac("uplink0"));
+    let node_before = lab.node.links_sorted();
+
+    for attempt in 0..2 {
+        let out = Call::new("ADD", "mv-fail", Some(&p), "net1").run(&lab.node, &conf);
+        let (code, msg) = out.err();
+        // Not CNI_IFNAME, not the temporary name: only lo.
+        assert_eq!(
+            pod.links(),
+            vec!["lo".to_string()],
+            "attempt {attempt}: {msg}"
+        );
+        assert!(lab.reserved(NET).is_empty());
+        assert!(lab.records().is_empty());
+        assert_eq!(lab.node.links_sorted(), node_before);
+        assert_eq!(code, 100, "attempt {attempt}: {msg}");
+        assert!(
+            msg.contains("set net1 up") && msg.contains("MAC address is already used"),
+            "attempt {attempt}: {msg}"
+        );
+    }
+
+    // The retry with good input succeeds (no 101 on a leftover).
+    let mut good = conf.clone();
+    good.as_object_mut().unwrap().remove("mac");
+    let r = Call::new("ADD", "mv-fail", Some(&p), "net1")
+        .run(&lab.node, &good)
+        .ok();
+    let ip = r["ips"][0]["address"].as_str().unwrap().to_string();
+    assert_eq!(pod.addrs("net1"), vec![ip]);
+    assert!(pod.link_details("net1").contains("macvlan"));
+    Call::new("DEL", "mv-fail", Some(&p), "net1")
+        .run(&lab.node, &good)
+        .ok_empty();
+    assert_eq!(pod.links(), vec!["lo".to_string()]);
+}

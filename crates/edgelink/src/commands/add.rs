@@ -18,6 +18,8 @@ use std::net::IpAddr;
 #[derive(Default)]
 struct Done {
     pod_link: bool,
+    /// The macvlan, from the moment it exists (under its temporary name).
+    macvlan: macvlan::Created,
     host_veth: Option<String>,
     bridge_undo: Option<bridge::Undo>,
     ipam: bool,
@@ -87,8 +89,17 @@ fn add(
         }
         Mode::Macvlan(m) => {
             let uplink = macvlan::prepare(node, m, cfg.mtu)?;
-            let l = macvlan::attach(node, pod, pod_ns, env, m, &uplink, cfg.mtu, cfg.mac)?;
-            done.pod_link = true;
+            let l = macvlan::attach(
+                node,
+                pod,
+                pod_ns,
+                env,
+                m,
+                &uplink,
+                cfg.mtu,
+                cfg.mac,
+                &mut done.macvlan,
+            )?;
             (l, Vec::new())
         }
     };
@@ -251,6 +262,9 @@ fn rollback(cfg: &Config, env: &Env, node: &mut Handle, pod: &mut Handle, done: 
         if let Err(e) = pod.del_link_by_name(&env.ifname) {
             tracing::error!(error = %e, "rollback: cannot delete {}", env.ifname);
         }
+    }
+    if let Err(e) = macvlan::undo(pod, &done.macvlan) {
+        tracing::error!(error = %e, "rollback: cannot delete the macvlan");
     }
     if let Some(host) = &done.host_veth {
         let _ = node.del_link_by_name(host);

@@ -10,6 +10,26 @@ use edgelink_netlink::{Handle, Link, LinkKind, NewLink};
 use edgelink_netns::Netns;
 use std::os::fd::AsFd;
 
+/// What `attach` made in the pod, for rollback.
+#[derive(Debug, Default)]
+pub struct Created {
+    /// The macvlan's temporary name: set once it exists.
+    pub temp_name: Option<String>,
+    /// Its index in the pod: set once it was found.
+    pub index: Option<u32>,
+}
+
+/// Remove what `attach` made, whatever step it stopped at.
+pub fn undo(pod: &mut Handle, created: &Created) -> Result<(), PluginError> {
+    if let Some(i) = created.index {
+        pod.del_link(i).ctx(|| format!("delete macvlan #{i}"))?;
+    }
+    if let Some(t) = &created.temp_name {
+        pod.del_link_by_name(t).ctx(|| format!("delete {t}"))?;
+    }
+    Ok(())
+}
+
 /// Check the uplink and the MTU; returns the uplink.
 pub fn prepare(
     node: &mut Handle,
@@ -43,6 +63,10 @@ pub fn prepare(
 }
 
 /// Create the pod's interface; returns it (up, no addresses yet).
+/// `created` is set as soon as the macvlan exists, so that a failure in any
+/// later step can remove it (see `commands::add`): the temporary name is
+/// derived from (container ID, ifname) and is this ADD's alone; the index
+/// follows the link through its rename.
 #[allow(clippy::too_many_arguments)]
 pub fn attach(
     node: &mut Handle,
@@ -53,6 +77,7 @@ pub fn attach(
     uplink: &Link,
     mtu: Option<u32>,
     mac: Option<[u8; 6]>,
+    created: &mut Created,
 ) -> Result<Link, PluginError> {
     let tmp = names::temp_ifname(&env.container_id, &env.ifname);
     // A leftover of an ADD that was killed half-way.
@@ -72,9 +97,11 @@ pub fn attach(
             conf.uplink, conf.mode
         )
     })?;
+    created.temp_name = Some(tmp.clone());
     let link = pod
         .require_link(&tmp)
         .ctx(|| format!("find {tmp} in {}", pod_ns.path().display()))?;
+    created.index = Some(link.index);
     if let Err(e) = pod.set_name(link.index, &env.ifname) {
         let _ = pod.del_link(link.index);
         if e.is_exists() {
@@ -89,8 +116,17 @@ pub fn attach(
         }
         return Err(e).ctx(|| format!("rename {tmp} to {}", env.ifname));
     }
-    pod.set_up(link.index)
-        .ctx(|| format!("set {} up", env.ifname))?;
+    pod.set_up(link.index).map_err(|e| {
+        let why = if e.errno() == Some(libc::EADDRINUSE) {
+            " (its MAC address is already used by the uplink or another macvlan on it)"
+        } else {
+            ""
+        };
+        PluginError::Netlink {
+            context: format!("set {} up{why}", env.ifname),
+            source: e,
+        }
+    })?;
     pod.link_by_index(link.index)
         .ctx(|| format!("look up {}", env.ifname))?
         .ok_or_else(|| {
