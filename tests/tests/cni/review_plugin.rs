@@ -330,3 +330,124 @@ fn macvlan_add_failing_after_creation_leaves_nothing_and_a_retry_succeeds() {
         .ok_empty();
     assert_eq!(pod.links(), vec!["lo".to_string()]);
 }
+
+// ---------------------------------------------------------------------------
+// 5. moveUplinkAddresses: a failed enslave puts everything back.
+
+/// The flags of a link (`BROADCAST,MULTICAST,UP,...`) without the volatile
+/// LOWER_UP/NO-CARRIER.
+fn link_flags(ns: &Netns, dev: &str) -> Vec<String> {
+    let out = ns.ip(&["-o", "link", "show", "dev", dev]);
+    let inner = out
+        .split('<')
+        .nth(1)
+        .and_then(|s| s.split('>').next())
+        .unwrap_or_default();
+    let mut f: Vec<String> = inner
+        .split(',')
+        .filter(|f| !matches!(*f, "LOWER_UP" | "NO-CARRIER"))
+        .map(str::to_string)
+        .collect();
+    f.sort();
+    f
+}
+
+/// The node's IPv4 and IPv6 routes, main table, as `ip route` prints them
+/// (without the volatile `linkdown` flag).
+fn routes(ns: &Netns) -> Vec<String> {
+    let mut v: Vec<String> = ["-4", "-6"]
+        .iter()
+        .flat_map(|fam| {
+            ns.ip(&[fam, "route", "show"])
+                .lines()
+                .map(|l| l.replace(" linkdown", "").trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn move_uplink_addresses_failing_to_enslave_puts_everything_back() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    let node = &lab.node;
+    node.ip(&["addr", "add", "172.31.250.2/24", "dev", "uplink0"]);
+    node.ip(&["addr", "add", "fd00:e1::2/64", "dev", "uplink0", "nodad"]);
+    node.ip(&[
+        "route",
+        "add",
+        "10.231.0.0/16",
+        "via",
+        "172.31.250.10",
+        "dev",
+        "uplink0",
+    ]);
+    // A macvlan child makes the kernel refuse the uplink as a bridge port
+    // (EBUSY), after the addresses were copied onto the bridge.
+    node.ip(&[
+        "link", "add", "link", "uplink0", "name", "mvchild", "type", "macvlan", "mode", "bridge",
+    ]);
+    // The bridge exists already, down.
+    node.ip(&["link", "add", "edge0", "type", "bridge"]);
+
+    let links_before = node.links_sorted();
+    let routes_before = routes(node);
+    let bridge_flags_before = link_flags(node, "edge0");
+    assert!(!bridge_flags_before.iter().any(|f| f == "UP"));
+    let uplink_flags_before = link_flags(node, "uplink0");
+
+    let mut conf = lab.bridge_conf("1.1.0");
+    conf["moveUplinkAddresses"] = json!(true);
+    let (code, msg) = Call::new("ADD", "mv-undo", Some(&pod.path()), "net1")
+        .run(node, &conf)
+        .err();
+
+    assert_eq!(
+        node.addrs("uplink0"),
+        vec!["172.31.250.2/24".to_string(), "fd00:e1::2/64".to_string()],
+        "{msg}"
+    );
+    assert!(node.addrs("edge0").is_empty(), "{:?}", node.addrs("edge0"));
+    assert_eq!(routes(node), routes_before);
+    assert_eq!(link_flags(node, "edge0"), bridge_flags_before);
+    assert_eq!(link_flags(node, "uplink0"), uplink_flags_before);
+    assert_eq!(node.master_of("uplink0"), None);
+    assert_eq!(node.links_sorted(), links_before);
+    assert_eq!(pod.links(), vec!["lo".to_string()]);
+    assert!(lab.reserved(NET).is_empty());
+    assert!(lab.records().is_empty());
+    // The node still reaches the device through the uplink.
+    assert!(tcp_reachable(node, DEVICE_V4, 9));
+
+    assert_eq!(code, 100, "{msg}");
+    assert!(
+        msg.contains("enslave uplink uplink0 to bridge edge0") && msg.contains("busy"),
+        "{msg}"
+    );
+
+    // Without the macvlan the uplink is enslaved, its addresses and the
+    // gateway route moved; then IPAM refuses the requested address. The
+    // rollback puts all of it back, and the bridge down as it was.
+    node.ip(&["link", "del", "mvchild"]);
+    let links_before = node.links_sorted();
+    let (code, msg) = Call::new("ADD", "mv-undo", Some(&pod.path()), "net1")
+        .args("IP=172.31.250.99")
+        .run(node, &conf)
+        .err();
+    assert_eq!(
+        node.addrs("uplink0"),
+        vec!["172.31.250.2/24".to_string(), "fd00:e1::2/64".to_string()],
+        "{msg}"
+    );
+    assert!(node.addrs("edge0").is_empty(), "{:?}", node.addrs("edge0"));
+    assert_eq!(routes(node), routes_before, "{msg}");
+    assert_eq!(link_flags(node, "edge0"), bridge_flags_before);
+    assert_eq!(node.master_of("uplink0"), None);
+    assert_eq!(node.links_sorted(), links_before);
+    assert_eq!(pod.links(), vec!["lo".to_string()]);
+    assert!(lab.reserved(NET).is_empty());
+    assert!(tcp_reachable(node, DEVICE_V4, 9));
+    assert!(msg.contains("172.31.250.99"), "{code} {msg}");
+}

@@ -16,13 +16,28 @@ use std::time::{Duration, Instant};
 /// How long ADD waits for the new bridge port to reach forwarding.
 const FORWARDING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What `prepare` changed on the node, so a failed ADD can put it back.
+/// What `prepare` changed on the node, step by step, so a failed ADD can
+/// put back exactly what it did, wherever it stopped.
 #[derive(Debug, Default)]
 pub struct Undo {
+    /// The bridge, once this ADD changed anything on it (or created it).
+    bridge: Option<u32>,
     created_bridge: Option<u32>,
+    /// This ADD set an existing bridge up.
+    set_bridge_up: bool,
+    /// This ADD turned VLAN filtering on for an existing bridge.
+    enabled_vlan_filtering: bool,
+    /// The uplink whose addresses this ADD moved.
+    uplink: Option<u32>,
+    /// Addresses added to the bridge (moveUplinkAddresses).
+    added_to_bridge: Vec<IpNetwork>,
     enslaved_uplink: Option<u32>,
-    moved_addrs: Vec<IpNetwork>,
+    /// Addresses removed from the uplink.
+    removed_from_uplink: Vec<IpNetwork>,
+    /// Routes (as they were on the uplink) added on the bridge.
     moved_routes: Vec<RouteSpec>,
+    /// The uplink this ADD set up.
+    set_uplink_up: Option<u32>,
 }
 
 fn invalid(msg: String) -> PluginError {
@@ -94,6 +109,7 @@ pub fn prepare(
                         .require_link(&conf.name)
                         .ctx(|| format!("look up bridge {}", conf.name))?;
                     undo.created_bridge = Some(b.index);
+                    undo.bridge = Some(b.index);
                     b
                 }
                 // Another ADD created it at the same moment.
@@ -116,11 +132,15 @@ pub fn prepare(
                     PluginError::Netlink { context: format!("enable VLAN filtering on {}", conf.name), source: e }
                 }
             })?;
+            undo.bridge = Some(bridge.index);
+            undo.enabled_vlan_filtering = true;
         }
     }
     if !bridge.up {
         node.set_up(bridge.index)
             .ctx(|| format!("set bridge {} up", conf.name))?;
+        undo.bridge = Some(bridge.index);
+        undo.set_bridge_up = true;
     }
 
     if let Some(u) = uplink {
@@ -143,17 +163,29 @@ pub fn prepare(
                 .filter(|r| r.oif == Some(u.index) && r.gw.is_some())
                 .collect();
             // Addresses go on the bridge first, so the node stays reachable.
+            undo.bridge = Some(bridge.index);
+            undo.uplink = Some(u.index);
             for a in &addrs {
                 node.ensure_addr(bridge.index, a, true)
                     .ctx(|| format!("add {a} to bridge {}", conf.name))?;
-                undo.moved_addrs.push(*a);
+                undo.added_to_bridge.push(*a);
             }
-            node.set_master(u.index, bridge.index)
-                .ctx(|| format!("enslave uplink {} to bridge {}", u.name, conf.name))?;
+            node.set_master(u.index, bridge.index).map_err(|e| {
+                let why = if e.errno() == Some(libc::EBUSY) {
+                    " (the uplink is busy: does it carry a macvlan, a VLAN or another upper device?)"
+                } else {
+                    ""
+                };
+                PluginError::Netlink {
+                    context: format!("enslave uplink {} to bridge {}{why}", u.name, conf.name),
+                    source: e,
+                }
+            })?;
             undo.enslaved_uplink = Some(u.index);
             for a in &addrs {
                 node.del_addr(u.index, a)
                     .ctx(|| format!("remove {a} from uplink {}", u.name))?;
+                undo.removed_from_uplink.push(*a);
             }
             for r in &routes {
                 let mut moved = r.clone();
@@ -166,6 +198,7 @@ pub fn prepare(
         if !u.up {
             node.set_up(u.index)
                 .ctx(|| format!("set uplink {} up", u.name))?;
+            undo.set_uplink_up = Some(u.index);
         }
         if let Some(vid) = conf.vlan {
             node.bridge_vlan(u.index, vid, false, true)
@@ -303,70 +336,83 @@ pub fn ensure_gateways(
     Ok(())
 }
 
-/// Undo `prepare` after a failed ADD. The bridge is removed only when this
-/// ADD created it and no other port joined it meanwhile.
+/// Undo `prepare` after a failed ADD: every step it recorded, in reverse.
+/// When another port joined the bridge meanwhile, an enslaved uplink and
+/// the bridge stay as they are (another attachment uses them now); what was
+/// done before the uplink was enslaved (addresses copied onto the bridge)
+/// is reversed in any case.
 pub fn undo(node: &mut Handle, conf: &BridgeConf, undo: Undo) -> Vec<PluginError> {
     let mut errs = Vec::new();
-    let Some(bridge) = undo.created_bridge.or_else(|| {
-        undo.enslaved_uplink.and_then(|_| {
-            node.link_by_name(&conf.name)
-                .ok()
-                .flatten()
-                .map(|b| b.index)
-        })
-    }) else {
-        return errs;
+    let Some(bridge) = undo.bridge else {
+        return errs; // nothing was changed
     };
-    let ports: Vec<Link> = match node.links() {
-        Ok(l) => l.into_iter().filter(|l| l.master == Some(bridge)).collect(),
+    let mut note = |r: Result<(), edgelink_netlink::NetlinkError>, context: String| {
+        if let Err(source) = r {
+            errs.push(PluginError::Netlink { context, source });
+        }
+    };
+    let others = match node.links() {
+        Ok(l) => l
+            .iter()
+            .any(|p| p.master == Some(bridge) && Some(p.index) != undo.enslaved_uplink),
         Err(e) => {
-            errs.push(PluginError::Netlink {
-                context: "list links".into(),
-                source: e,
-            });
+            note(Err(e), "list links".into());
             return errs;
         }
     };
-    let others = ports.iter().any(|p| Some(p.index) != undo.enslaved_uplink);
-    if others {
-        return errs; // someone else uses the bridge now: leave it as it is
+    if others && undo.enslaved_uplink.is_some() {
+        return errs; // someone else uses the bridge and its uplink now
+    }
+
+    // The uplink: out of the bridge, its addresses and routes back.
+    for r in &undo.moved_routes {
+        let mut on_bridge = r.clone();
+        on_bridge.oif = Some(bridge);
+        let _ = node.del_route(&on_bridge);
     }
     if let Some(u) = undo.enslaved_uplink {
-        for r in &undo.moved_routes {
-            let mut on_bridge = r.clone();
-            on_bridge.oif = Some(bridge);
-            let _ = node.del_route(&on_bridge);
-        }
-        if let Err(e) = node.set_master(u, 0) {
-            errs.push(PluginError::Netlink {
-                context: format!("release uplink #{u}"),
-                source: e,
-            });
-        }
-        for a in &undo.moved_addrs {
-            if let Err(e) = node.ensure_addr(u, a, true) {
-                errs.push(PluginError::Netlink {
-                    context: format!("restore {a} on uplink #{u}"),
-                    source: e,
-                });
-            }
-            let _ = node.del_addr(bridge, a);
-        }
-        for r in &undo.moved_routes {
-            if let Err(e) = node.ensure_route(r) {
-                errs.push(PluginError::Netlink {
-                    context: format!("restore route {}", r.dst),
-                    source: e,
-                });
-            }
+        let r = node.set_master(u, 0);
+        note(r, format!("release uplink #{u}"));
+    }
+    if let Some(u) = undo.uplink {
+        // Back on the uplink first (a no-op for those never removed), so
+        // the node stays reachable.
+        for a in &undo.added_to_bridge {
+            let r = node.ensure_addr(u, a, true);
+            note(r, format!("restore {a} on uplink #{u}"));
         }
     }
+    for a in &undo.added_to_bridge {
+        let r = node.del_addr(bridge, a);
+        note(r, format!("remove {a} from bridge {}", conf.name));
+    }
+    for r in &undo.moved_routes {
+        let res = node.ensure_route(r);
+        note(res, format!("restore route {}", r.dst));
+    }
+    if let Some(u) = undo.set_uplink_up {
+        let r = node.set_down(u);
+        note(r, format!("set uplink #{u} down again"));
+    }
+
+    // The bridge: removed if this ADD made it, else as it was.
+    if others {
+        return errs;
+    }
     if undo.created_bridge.is_some() {
-        if let Err(e) = node.del_link(bridge) {
-            errs.push(PluginError::Netlink {
-                context: format!("remove bridge {}", conf.name),
-                source: e,
-            });
+        let r = node.del_link(bridge).map(|_| ());
+        note(r, format!("remove bridge {}", conf.name));
+    } else {
+        if undo.set_bridge_up {
+            let r = node.set_down(bridge);
+            note(r, format!("set bridge {} down again", conf.name));
+        }
+        if undo.enabled_vlan_filtering {
+            let r = node.set_vlan_filtering(bridge, false);
+            note(
+                r,
+                format!("turn VLAN filtering off on bridge {}", conf.name),
+            );
         }
     }
     errs
