@@ -855,13 +855,15 @@ pub fn daemon_bin() -> PathBuf {
 
 impl Lab {
     /// Start the node daemon for this lab (needed by CHECK when the
-    /// attachment has forwards); its log is `<state>/edgelinkd.log`.
+    /// attachment has forwards); its log is `<state>/edgelinkd.log`. The
+    /// reconcile interval is the default (30 s): records reach it through
+    /// the inotify watch and the plugin's `rescan` nudge, as on a node.
     pub fn daemon(&self) -> Edgelinkd {
         Edgelinkd::start(
             &self.node,
             self.state.path(),
             self.state.path().join("edgelinkd.log"),
-            &["--reconcile-interval", "1", "--probe-interval", "0"],
+            &["--probe-interval", "0"],
         )
     }
 }

@@ -10,6 +10,7 @@ mod lab;
 
 mod cli;
 mod lifecycle;
+mod nudge;
 mod pods;
 mod records;
 mod security;
