@@ -12,6 +12,7 @@ mod cli;
 mod lifecycle;
 mod nudge;
 mod pods;
+mod private_side;
 mod records;
 mod security;
 mod tcp;
