@@ -109,21 +109,142 @@ pub fn sh(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The built plugin: `$EDGELINK_BIN`, else `<target>/debug/edgelink`.
+/// The plugin under test: `$EDGELINK_BIN`, else the workspace's current
+/// `edgelink`, built by [`built_bins`] first.
 pub fn plugin_bin() -> PathBuf {
     if let Ok(p) = std::env::var("EDGELINK_BIN") {
         return PathBuf::from(p);
     }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let p = target.join("debug/edgelink");
-    assert!(
-        p.exists(),
-        "{} not found: build the plugin first (make test does)",
-        p.display()
-    );
-    p
+    built_bins().plugin.clone()
+}
+
+/// The binaries the scenario tests exec, as the current sources build them.
+pub struct BuiltBins {
+    pub plugin: PathBuf,
+    pub daemon: PathBuf,
+}
+
+/// Build `edgelink` and `edgelinkd` from the workspace as it is now, once
+/// per test process, and return where cargo put them.
+///
+/// The tests exec these binaries, which are no dependency of a test target,
+/// so `cargo test` alone would neither build nor rebuild them: a plain
+/// `cargo test` failed every scenario, and after an old build it quietly
+/// tested the old code. So the harness runs the cargo that runs it
+/// (`$CARGO`) once, with the same profile (and `--target`, when the tests
+/// were built for one) and `--workspace`, so features unify as in
+/// `cargo build --workspace` (`make test` builds that first; here cargo
+/// then only checks that everything is fresh, ~0.2 s, and rebuilds
+/// nothing). `cargo test` holds the build-directory lock only while it
+/// compiles, not while the test binaries run, so this nested build does not
+/// wait on it. The paths come from cargo's own artifact messages, so
+/// `CARGO_TARGET_DIR`, `build.target-dir` and `build.build-dir` all work.
+///
+/// `EDGELINK_BIN` / `EDGELINKD_BIN` override each binary (the benchmarks
+/// and the podman end-to-end test pass theirs); with both set, nothing is
+/// built.
+pub fn built_bins() -> &'static BuiltBins {
+    static BINS: std::sync::OnceLock<Result<BuiltBins, String>> = std::sync::OnceLock::new();
+    match BINS.get_or_init(build_bins) {
+        Ok(b) => b,
+        Err(e) => panic!("building the binaries under test failed: {e}"),
+    }
+}
+
+fn build_bins() -> Result<BuiltBins, String> {
+    let env_plugin = std::env::var_os("EDGELINK_BIN").map(PathBuf::from);
+    let env_daemon = std::env::var_os("EDGELINKD_BIN").map(PathBuf::from);
+    if let (Some(plugin), Some(daemon)) = (&env_plugin, &env_daemon) {
+        return Ok(BuiltBins {
+            plugin: plugin.clone(),
+            daemon: daemon.clone(),
+        });
+    }
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace directory")?
+        .to_path_buf();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(&workspace)
+        .args(["build", "--quiet", "--workspace"])
+        .args(["--bin", "edgelink", "--bin", "edgelinkd"])
+        .arg("--message-format=json-render-diagnostics")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let (profile, target) = test_profile();
+    cmd.args(["--profile", &profile]);
+    if let Some(t) = &target {
+        cmd.args(["--target", t]);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("run {}: {e}", PathBuf::from(&cargo).display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} exited with {} (its errors are above)",
+            out.status
+        ));
+    }
+    // One JSON message a line; a compiler-artifact of a bin target names
+    // its executable.
+    let mut found: [Option<PathBuf>; 2] = [None, None];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let (Some(name), Some(exe)) = (msg["target"]["name"].as_str(), msg["executable"].as_str())
+        else {
+            continue;
+        };
+        match name {
+            "edgelink" => found[0] = Some(PathBuf::from(exe)),
+            "edgelinkd" => found[1] = Some(PathBuf::from(exe)),
+            _ => {}
+        }
+    }
+    let [Some(plugin), Some(daemon)] = found else {
+        return Err(format!(
+            "{cmd:?} named no edgelink and edgelinkd executables"
+        ));
+    };
+    Ok(BuiltBins {
+        plugin: env_plugin.unwrap_or(plugin),
+        daemon: env_daemon.unwrap_or(daemon),
+    })
+}
+
+/// The cargo profile and `--target` this test binary was built with, read
+/// from where it lives: `<dir>[/<triple>]/<profile dir>/deps/<test>-<hash>`.
+/// The profile directory is `debug` for `dev` (and `test`), `release` for
+/// `release` (and `bench`), else the profile's name. A `<triple>` level is
+/// there when the directory above it is cargo's (holds `CACHEDIR.TAG`).
+fn test_profile() -> (String, Option<String>) {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent());
+    let name = |p: Option<&std::path::Path>| {
+        p.and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+    };
+    let profile = match name(profile_dir).as_deref() {
+        None | Some("debug") => "dev".to_string(),
+        Some(other) => other.to_string(),
+    };
+    let above = profile_dir.and_then(|p| p.parent());
+    let target = match above {
+        Some(a)
+            if !a.join("CACHEDIR.TAG").exists()
+                && a.parent().is_some_and(|t| t.join("CACHEDIR.TAG").exists()) =>
+        {
+            name(Some(a))
+        }
+        _ => None,
+    };
+    (profile, target)
 }
 
 /// What one plugin invocation produced.
@@ -723,29 +844,26 @@ impl Lab {
     }
 }
 
-/// The built daemon: `$EDGELINKD_BIN`, else `<target>/debug/edgelinkd`.
+/// The daemon under test: `$EDGELINKD_BIN`, else the workspace's current
+/// `edgelinkd`, built by [`built_bins`] first.
 pub fn daemon_bin() -> PathBuf {
     if let Ok(p) = std::env::var("EDGELINKD_BIN") {
         return PathBuf::from(p);
     }
-    let p = plugin_bin().with_file_name("edgelinkd");
-    assert!(
-        p.exists(),
-        "{} not found: build the workspace first (make test does)",
-        p.display()
-    );
-    p
+    built_bins().daemon.clone()
 }
 
 impl Lab {
     /// Start the node daemon for this lab (needed by CHECK when the
-    /// attachment has forwards); its log is `<state>/edgelinkd.log`.
+    /// attachment has forwards); its log is `<state>/edgelinkd.log`. The
+    /// reconcile interval is the default (30 s): records reach it through
+    /// the inotify watch and the plugin's `rescan` nudge, as on a node.
     pub fn daemon(&self) -> Edgelinkd {
         Edgelinkd::start(
             &self.node,
             self.state.path(),
             self.state.path().join("edgelinkd.log"),
-            &["--reconcile-interval", "1", "--probe-interval", "0"],
+            &["--probe-interval", "0"],
         )
     }
 }

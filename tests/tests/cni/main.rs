@@ -1,6 +1,7 @@
 //! Scenario tests for the `edgelink` CNI plugin: the built binary driven as
 //! runtimes and Multus drive it, in namespaces each test creates.
-//! Run as root (network namespaces); `make test` builds the binary first.
+//! Run as root (network namespaces). The harness builds the current plugin
+//! itself (`edgelink_tests::built_bins`), so `cargo test` alone is enough.
 
 mod bridge;
 mod bridge_options;

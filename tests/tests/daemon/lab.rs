@@ -81,6 +81,11 @@ pub struct Opts<'a> {
     pub nofile: Option<u64>,
     /// Dual-stack net1 and two more forwards to the device over IPv6.
     pub v6: bool,
+    /// `--reconcile-interval 1`, for the tests about the periodic pass
+    /// (reclaiming a deleted netns, retrying a listener). Everything else
+    /// runs with the default (30 s), so that a record must be picked up by
+    /// the inotify watch or the plugin's `rescan` nudge, as on a node.
+    pub fast_reconcile: bool,
 }
 
 impl Default for Opts<'_> {
@@ -91,6 +96,7 @@ impl Default for Opts<'_> {
             add: true,
             nofile: None,
             v6: false,
+            fast_reconcile: false,
         }
     }
 }
@@ -111,12 +117,17 @@ pub struct DLab {
     pub seen: Arc<Seen>,
     pub flags: Vec<String>,
     pub nofile: Option<u64>,
+    pub fast_reconcile: bool,
     starts: u32,
 }
 
-/// The flags every lab daemon gets: fast reconcile, no probes (so the
-/// counters hold only the tests' own traffic).
-const BASE_FLAGS: &[&str] = &["--reconcile-interval", "1", "--probe-interval", "0"];
+/// The flags every lab daemon gets: no probes (so the counters hold only
+/// the tests' own traffic). The reconcile interval stays the default
+/// unless `Opts::fast_reconcile`.
+const BASE_FLAGS: &[&str] = &["--probe-interval", "0"];
+
+/// What `Opts::fast_reconcile` adds.
+const FAST_RECONCILE: &[&str] = &["--reconcile-interval", "1"];
 
 /// A veth from `pod`'s eth0 (`pod_cidr`) to `client`'s `client_if`
 /// (`client_cidr`), both up: the cluster network of a proxy pod.
@@ -218,6 +229,7 @@ impl DLab {
             seen,
             flags: opts.flags.iter().map(|s| s.to_string()).collect(),
             nofile: opts.nofile,
+            fast_reconcile: opts.fast_reconcile,
             starts: 0,
         };
         if opts.daemon {
@@ -256,6 +268,9 @@ impl DLab {
             .path()
             .join(format!("edgelinkd-{}.log", self.starts));
         let mut flags: Vec<&str> = BASE_FLAGS.to_vec();
+        if self.fast_reconcile {
+            flags.extend_from_slice(FAST_RECONCILE);
+        }
         flags.extend(self.flags.iter().map(String::as_str));
         self.daemon = Some(Edgelinkd::start_with_nofile(
             &self.lab.node,

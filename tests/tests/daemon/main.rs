@@ -3,13 +3,16 @@
 //! comes from the plugin with forwards) built in namespaces each test
 //! creates, with the daemon running in the node namespace and traffic sent
 //! from the client through the pod's forwards to the device.
-//! Run as root; `make test` builds the binaries first.
+//! Run as root. The harness builds the current binaries itself
+//! (`edgelink_tests::built_bins`), so `cargo test` alone is enough.
 
 mod lab;
 
 mod cli;
 mod lifecycle;
+mod nudge;
 mod pods;
+mod private_side;
 mod records;
 mod security;
 mod tcp;

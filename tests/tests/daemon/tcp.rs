@@ -274,11 +274,16 @@ fn target_down_the_client_sees_the_connection_end_within_the_connect_timeout() {
         took >= Duration::from_millis(400),
         "ended after {took:?}, before the timeout"
     );
-    assert!(
-        took < Duration::from_millis(2000),
-        "ended only after {took:?}"
-    );
+    // Ended by the forward's connect timeout (a hang would have ended
+    // connect_and_read's own 5 s read timeout, as Other), whatever the
+    // machine's load made of the wall clock.
     let f = l.forward("down");
+    assert!(
+        f["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("no answer within 500ms")),
+        "{f:#}"
+    );
     assert_eq!(f["connectErrors"], 1, "{f:#}");
     assert_eq!(f["reachability"]["state"], "unreachable", "{f:#}");
     assert!(
@@ -296,9 +301,17 @@ fn target_port_closed_is_an_immediate_reset() {
     for _ in 0..3 {
         let (end, took) = connect_and_read(&l.client, pod_addr(CLOSED));
         assert!(matches!(end, Ended::Reset | Ended::Eof), "{end:?}");
-        assert!(took < Duration::from_millis(500), "took {took:?}");
+        eprintln!("ended after {took:?}");
     }
     let f = l.forward("closed");
+    // Immediate: the device's reset ended the connect (ECONNREFUSED), not
+    // the forward's connect timeout.
+    assert!(
+        f["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused") && !e.contains("timed out")),
+        "{f:#}"
+    );
     assert_eq!(f["connectErrors"], 3, "{f:#}");
     assert_eq!(f["totalConnections"], 3, "{f:#}");
     assert_eq!(f["reachability"]["state"], "unreachable", "{f:#}");

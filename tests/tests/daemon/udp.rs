@@ -86,9 +86,11 @@ fn udp_echo_with_fifty_clients_at_once_each_gets_only_its_own_replies() {
 }
 
 #[test]
-fn udp_sessions_are_bounded_evict_the_oldest_and_idle_out() {
+fn udp_sessions_are_bounded_and_evict_the_oldest() {
+    // No session idles out while the six clients take their turns, however
+    // slow the machine (idling out has its own test below).
     let l = DLab::with(Opts {
-        flags: &["--udp-max-sessions", "4", "--udp-idle-timeout", "1"],
+        flags: &["--udp-max-sessions", "4", "--udp-idle-timeout", "3600"],
         ..Default::default()
     });
     // Six clients one after the other, each keeping its socket: the table
@@ -124,21 +126,42 @@ fn udp_sessions_are_bounded_evict_the_oldest_and_idle_out() {
         r.ok().and_then(|r| r.ok()).map(|n| b[..n].to_vec())
     });
     assert_eq!(again.as_deref(), Some(&b"client 0 again"[..]));
-    // Idle sessions are closed after the timeout (plus a sweep period).
-    let t = Instant::now();
-    let s = l.wait_status(Duration::from_secs(4), "sessions idled out", |s| {
-        forward_of(s, "telemetry")["udpSessions"] == 0
-    });
-    let f = forward_of(&s, "telemetry");
-    assert!(
-        t.elapsed() >= Duration::from_millis(500),
-        "closed too early: {:?}",
-        t.elapsed()
-    );
+    let f = l.forward("telemetry");
+    assert_eq!(f["udpSessions"], 4, "{f:#}");
     assert_eq!(f["udpSessionsTotal"], 7, "{f:#}");
     assert_eq!(f["udpEvictions"], 3, "{f:#}");
     assert_eq!(f["udpDatagramsToTarget"], 7, "{f:#}");
     assert_eq!(f["udpDatagramsToClient"], 7, "{f:#}");
     assert_eq!(l.metric("edgelink_udp_evictions_total", "telemetry"), 3.0);
+    assert_eq!(l.metric("edgelink_active_udp_sessions", "telemetry"), 4.0);
+}
+
+#[test]
+fn udp_sessions_idle_out_after_the_timeout_and_not_before() {
+    let l = DLab::with(Opts {
+        flags: &["--udp-idle-timeout", "1"],
+        ..Default::default()
+    });
+    // Taken before the send: the session's last activity is later, so it
+    // cannot be closed before `t` + 1 s, however the threads are scheduled.
+    let t = Instant::now();
+    let errors = udp_clients(&l, 2, 1);
+    assert!(errors.is_empty(), "{errors:?}");
+    // Closed after the timeout plus a sweep period; the deadline is
+    // generous for a loaded machine.
+    let s = l.wait_status(Duration::from_secs(30), "sessions idled out", |s| {
+        forward_of(s, "telemetry")["udpSessions"] == 0
+    });
+    assert!(
+        t.elapsed() >= Duration::from_secs(1),
+        "closed before the idle timeout: {:?}",
+        t.elapsed()
+    );
+    let f = forward_of(&s, "telemetry");
+    assert_eq!(f["udpSessionsTotal"], 2, "{f:#}");
+    assert_eq!(f["udpEvictions"], 0, "{f:#}");
     assert_eq!(l.metric("edgelink_active_udp_sessions", "telemetry"), 0.0);
+    // A client that speaks after that gets a new session.
+    assert!(udp_clients(&l, 1, 1).is_empty());
+    assert_eq!(l.forward("telemetry")["udpSessionsTotal"], 3);
 }

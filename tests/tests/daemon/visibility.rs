@@ -308,15 +308,21 @@ fn the_status_webhook_posts_the_status_when_an_attachment_appears_and_goes() {
     // The receiver is not up yet when the daemon starts: the first POST
     // fails and is retried (backoff from 1 s).
     l.start_daemon();
-    std::thread::sleep(Duration::from_millis(300));
-    let rx = Receiver::start(&l.lab.node, 18080);
     assert!(
-        wait_until(Duration::from_secs(4), || rx.attachment_counts().first()
+        wait_until(Duration::from_secs(10), || l
+            .daemon()
+            .log_text()
+            .contains("status webhook failed")),
+        "no failed POST logged at start"
+    );
+    let rx = Receiver::start(&l.lab.node, 18080);
+    // Retried after 1 s, then 2, 4, 8 s (a slow start may miss one).
+    assert!(
+        wait_until(Duration::from_secs(20), || rx.attachment_counts().first()
             == Some(&0)),
         "the POST at start was not retried: {:?}",
         rx.got.lock().unwrap()
     );
-    assert!(l.daemon().log_text().contains("status webhook failed"));
     // The relay is not held up meanwhile.
     assert_eq!(l.get("/healthz").0, 200);
     l.add();

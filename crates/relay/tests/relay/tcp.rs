@@ -290,10 +290,14 @@ fn a_reader_that_stops_stops_the_writer() {
         let conn = TcpStream::connect(relay.addr).await.unwrap();
         let (_rd, mut wr) = conn.into_split();
 
-        // Write until a write makes no progress for 300 ms.
+        // Write until the writer is blocked: no write progress and nothing
+        // moving upstream for three 300 ms windows in a row (one stalled
+        // window may just be a busy machine).
         let chunk = vec![0xabu8; 256 * 1024];
         let mut written = 0usize;
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut still = 0;
+        let mut moved = Counters::get(&relay.counters.bytes_to_target);
         loop {
             assert!(
                 Instant::now() < deadline,
@@ -304,8 +308,18 @@ fn a_reader_that_stops_stops_the_writer() {
                 "the relay keeps accepting bytes: {written} written"
             );
             match timeout(Duration::from_millis(300), wr.write(&chunk)).await {
-                Ok(n) => written += n.unwrap(),
-                Err(_) => break,
+                Ok(n) => {
+                    written += n.unwrap();
+                    still = 0;
+                }
+                Err(_) => {
+                    let now = Counters::get(&relay.counters.bytes_to_target);
+                    still = if now == moved { still + 1 } else { 0 };
+                    moved = now;
+                    if still == 3 {
+                        break;
+                    }
+                }
             }
         }
         let delivered = Counters::get(&relay.counters.bytes_to_target);
