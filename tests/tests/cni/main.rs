@@ -9,4 +9,5 @@ mod errors;
 mod ipam;
 mod lifecycle;
 mod macvlan;
+mod records;
 mod runtimes;
