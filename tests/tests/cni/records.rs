@@ -1,5 +1,6 @@
 //! Attachment record file names: attachments whose old names collided,
-//! container IDs as long as CNI allows, records written under the old name.
+//! container IDs as long as CNI allows, records written under the old name,
+//! and what a stripped-config DEL meets under `ipam/`.
 
 use edgelink_attachment::RecordStore;
 use edgelink_tests::*;
@@ -158,4 +159,31 @@ fn a_record_under_its_old_name_is_deleted_or_migrated() {
         .ok_empty();
     assert!(lab.records().is_empty(), "{:?}", lab.records());
     assert!(lab.reserved_all().is_empty(), "{:?}", lab.reserved_all());
+}
+
+#[test]
+fn a_stripped_del_skips_directories_under_ipam_that_are_not_network_stores() {
+    let lab = Lab::new();
+    let conf = lab.bridge_conf("1.0.0");
+    // Not network names: Store::open refuses them.
+    for bad in ["not a network", ".hidden", "-dash", "x:y"] {
+        std::fs::create_dir_all(lab.state.path().join("ipam").join(bad)).unwrap();
+    }
+    let pod = lab.pod();
+    Call::new("ADD", "strip-bad", Some(&pod.path()), "net1")
+        .run(&lab.node, &conf)
+        .ok();
+    assert_eq!(lab.reserved(NET).len(), 1);
+    let stripped = json!({"cniVersion": "1.0.0", "type": "edgelink", "stateDir": lab.state_dir()});
+    Call::new("DEL", "strip-bad", Some(&pod.path()), "net1")
+        .run(&lab.node, &stripped)
+        .ok_empty();
+    assert!(lab.reserved(NET).is_empty());
+    assert!(lab.records().is_empty(), "{:?}", lab.records());
+    // And again, with nothing left to release.
+    Call::new("DEL", "strip-bad", None, "net1")
+        .run(&lab.node, &stripped)
+        .ok_empty();
+    // The directories are not the plugin's: left alone.
+    assert!(lab.state.path().join("ipam/not a network").is_dir());
 }
