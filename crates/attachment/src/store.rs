@@ -133,8 +133,9 @@ impl RecordStore {
         }
         let dir = fs::File::open(&self.dir).map_err(io(&self.dir))?;
         sync(&dir, &self.dir).map_err(io(&self.dir))?;
-        if let Legacy::Mine(old, _) = self.legacy(&rec.container_id, &rec.ifname)? {
-            remove_if_exists(&old)?;
+        // Best effort: `list` drops a leftover old-format file as well.
+        if let Ok(Legacy::Mine(old, _)) = self.legacy(&rec.container_id, &rec.ifname) {
+            let _ = remove_if_exists(&old);
         }
         Ok(path)
     }
