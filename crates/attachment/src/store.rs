@@ -51,7 +51,7 @@ enum Legacy {
     /// No old-format file of this attachment.
     None,
     /// Its record.
-    Mine(PathBuf, Record),
+    Mine(PathBuf, Box<Record>),
     /// A file that can only be this attachment's, and does not parse.
     Unreadable(PathBuf, RecordError),
 }
@@ -155,7 +155,7 @@ impl RecordStore {
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 match self.legacy(container_id, ifname)? {
                     Legacy::None => Ok(None),
-                    Legacy::Mine(_, rec) => Ok(Some(rec)),
+                    Legacy::Mine(_, rec) => Ok(Some(*rec)),
                     Legacy::Unreadable(_, e) => Err(e),
                 }
             }
@@ -190,7 +190,7 @@ impl RecordStore {
         };
         Ok(match parse(&path, &bytes) {
             Ok(rec) if rec.container_id == container_id && rec.ifname == ifname => {
-                Legacy::Mine(path, rec)
+                Legacy::Mine(path, Box::new(rec))
             }
             Ok(_) => Legacy::None,
             Err(e) if naming::legacy_is_unambiguous(&name) => Legacy::Unreadable(path, e),
