@@ -272,3 +272,27 @@ fn write_fsyncs_the_record_then_the_directory_and_leaves_no_temp() {
         rec("c1")
     );
 }
+
+#[test]
+fn a_del_racing_a_migration_leaves_no_record() {
+    // list moves an old-format file (link, then unlink) while DEL removes
+    // the attachment's record under both names: whatever the interleaving,
+    // nothing may be left (a record brought back to life after its DEL).
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    fs::create_dir_all(s.dir()).unwrap();
+    let r = rec("pod.1");
+    let body = serde_json::to_vec_pretty(&r).unwrap();
+    for _ in 0..300 {
+        fs::write(s.dir().join("pod.1_net1.json"), &body).unwrap();
+        let lister = {
+            let s = s.clone();
+            std::thread::spawn(move || s.list().unwrap().len())
+        };
+        s.remove("pod.1", "net1").unwrap();
+        let listed = lister.join().unwrap();
+        assert!(listed <= 1);
+        assert!(names(&s).is_empty(), "{:?}", names(&s));
+        assert_eq!(s.read("pod.1", "net1").unwrap(), None);
+    }
+}
