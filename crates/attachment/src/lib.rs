@@ -1,8 +1,9 @@
 //! Attachment records: the contract between the plugin and the node daemon.
 //!
 //! One JSON file per (container ID, ifname) under `<stateDir>/attachments/`,
-//! written atomically (temp file + rename) by the plugin on ADD and removed
-//! on DEL; the daemon reads them to know which forwards to serve in which
+//! named unambiguously within 255 bytes, written atomically and durably
+//! (temp file + fsync + rename + fsync of the directory) by the plugin on
+//! ADD and removed on DEL; the daemon reads them to know which forwards to serve in which
 //! network namespace. This crate owns the record's format, the forward types
 //! and their target checks, and the directory; it must not touch the kernel
 //! or know about CNI.
@@ -10,13 +11,14 @@
 
 pub mod control;
 mod forward;
+mod naming;
 mod store;
 
 pub use control::{
     nudge_daemon, query_daemon, CheckReply, ForwardLive, Reaper, DAEMON_SOCKET, RETIRED_ALIAS,
 };
 pub use forward::{Forward, Protocol};
-pub use store::{Listed, RecordStore};
+pub use store::{Listed, RecordStore, STALE_TEMP};
 
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};

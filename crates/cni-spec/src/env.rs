@@ -119,8 +119,10 @@ fn missing(command: Command, var: &str) -> CniError {
     )
 }
 
-/// Container IDs are opaque but must be usable in file names: the spec
-/// allows alphanumerics plus `_`, `.` and `-`.
+/// Container IDs are opaque: the spec allows alphanumerics plus `_`, `.`
+/// and `-`. Up to 256 characters are accepted, which is longer than a file
+/// name may be once escaped: every file named after a container ID (records,
+/// IPAM owner indexes) escapes it and cuts long names with a hash suffix.
 pub fn validate_container_id(id: &str) -> Result<(), CniError> {
     let ok = id.len() <= 256
         && id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())

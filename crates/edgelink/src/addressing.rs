@@ -157,6 +157,12 @@ pub fn release_builtin(
         if !root.join(&n).is_dir() {
             continue;
         }
+        // Not a store the plugin made (Store::open refuses the name): with a
+        // stripped config, one such directory must not fail every DEL.
+        if network.is_none() && !edgelink_ipam::valid_network_name(&n) {
+            tracing::warn!(dir = %root.join(&n).display(), "not a network's IPAM store (invalid network name): skipped");
+            continue;
+        }
         if let Some(store) = errs.note(Store::open(state_dir, &n)) {
             if let Some(mut lock) = errs.note(store.lock(LOCK_TIMEOUT)) {
                 if let Some(released) = errs.note(lock.release(&env.container_id, &env.ifname)) {

@@ -325,26 +325,44 @@ impl Daemon {
 
     /// Reservations with no record (an ADD killed before it wrote one) are
     /// released once older than the grace period.
+    ///
+    /// A record file that cannot be read (torn, hand-edited, unreadable)
+    /// does not stop GC: nobody knows which attachment it stands for, so the
+    /// reservations of every (container ID, ifname) whose record would be
+    /// stored under that file name (current or old naming) are kept, and
+    /// only those. Names are a function of (container ID, ifname), so this
+    /// keeps exactly what the record could protect if it were readable. A
+    /// file under a name no attachment's record has (`junk.json`) protects
+    /// nothing. If the directory itself cannot be listed, nothing is freed.
     fn gc_reservations(&self) {
-        if !self
-            .malformed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-        {
-            return; // a malformed record may own a reservation: keep them all
-        }
-        let valid: HashSet<(String, String)> = match RecordStore::new(&self.args.state_dir).list() {
-            Ok(l) => l
-                .into_iter()
-                .filter_map(|(_, r)| r.ok())
-                .map(|r| (r.container_id, r.ifname))
-                .collect(),
-            Err(_) => return,
+        let listed = match RecordStore::new(&self.args.state_dir).list() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "IPAM GC skipped: cannot list attachment records");
+                return;
+            }
         };
-        let report = edgelink_ipam::release_all_except_with_grace(
+        let mut valid: HashSet<(String, String)> = HashSet::new();
+        let mut unreadable: Vec<String> = Vec::new();
+        for (path, r) in listed {
+            match r {
+                Ok(r) => {
+                    valid.insert((r.container_id, r.ifname));
+                }
+                Err(_) => {
+                    unreadable.extend(path.file_name().map(|n| n.to_string_lossy().into_owned()))
+                }
+            }
+        }
+        let keep = |cid: &str, ifname: &str| {
+            valid.contains(&(cid.to_string(), ifname.to_string()))
+                || unreadable
+                    .iter()
+                    .any(|n| RecordStore::may_name(n, cid, ifname))
+        };
+        let report = edgelink_ipam::release_all_but(
             &self.args.state_dir,
-            &valid,
+            &keep,
             Duration::from_secs(5),
             self.args.ipam_gc_grace,
         );

@@ -32,6 +32,6 @@ pub use config::{
     node_name_override, ConfigError, IpamConfig, ProbeConfig, Range, RangeSet, RouteConfig,
 };
 pub use store::{
-    release_all_except, release_all_except_with_grace, Allocation, GcReport, IpamError, Owner,
-    Store, StoreLock, GC_GRACE,
+    release_all_but, release_all_except, release_all_except_with_grace, valid_network_name,
+    Allocation, GcReport, IpamError, Owner, Store, StoreLock, GC_GRACE,
 };

@@ -44,7 +44,10 @@ use pool::Pool;
 use writer::Pick;
 
 pub use error::IpamError;
-pub use gc::{release_all_except, release_all_except_with_grace, GcReport, GC_GRACE, STICKY_TTL};
+pub use gc::{
+    release_all_but, release_all_except, release_all_except_with_grace, GcReport, GC_GRACE,
+    STICKY_TTL,
+};
 
 /// Who holds a reservation: the attachment (container ID, ifname) and, for
 /// sticky addresses and diagnostics, the pod.
@@ -98,8 +101,9 @@ pub struct Store {
     layout: Layout,
 }
 
-/// Network names as CNI allows them: `[A-Za-z0-9][A-Za-z0-9_.-]*`.
-fn valid_network_name(name: &str) -> bool {
+/// Network names as CNI allows them: `[A-Za-z0-9][A-Za-z0-9_.-]*`, at
+/// most 255 bytes. [`Store::open`] refuses any other name.
+pub fn valid_network_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
         && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))

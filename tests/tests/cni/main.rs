@@ -10,5 +10,6 @@ mod errors;
 mod ipam;
 mod lifecycle;
 mod macvlan;
+mod records;
 mod review_plugin;
 mod runtimes;

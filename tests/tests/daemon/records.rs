@@ -132,3 +132,84 @@ fn a_rewritten_record_is_served_again_on_the_same_ports() {
         l.cl.join(h);
     }
 }
+
+/// A reservation file as the IPAM store writes it, last written an hour ago
+/// (past any GC grace).
+fn old_reservation(l: &DLab, ip: &str, cid: &str) -> std::path::PathBuf {
+    let path = l.lab.state.path().join("ipam").join(NET).join(ip);
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&serde_json::json!(
+            {"containerId": cid, "ifname": "net1", "reservedAt": "2026-01-01T00:00:00Z"}))
+        .unwrap(),
+    )
+    .unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    path
+}
+
+#[test]
+fn ipam_gc_goes_on_past_a_malformed_record_and_keeps_only_what_it_may_own() {
+    let l = DLab::new();
+    let store = edgelink_attachment::RecordStore::new(l.lab.state.path());
+    let dir = store.dir().to_path_buf();
+    // The lab pod's own reservation is old too: only its record keeps it.
+    let own = old_reservation(&l, &l.net1_ip(), CID);
+    // Unreadable records, under the current naming (one cut and hashed:
+    // a 256-character ID) and under the old one; each one's reservation
+    // must stay: nobody can tell whose it is.
+    let long = "7".repeat(256);
+    std::fs::write(store.path("torn.1", "net1"), b"").unwrap();
+    std::fs::write(store.path(&long, "net1"), b"{\"version\":").unwrap();
+    std::fs::write(dir.join("old.1_net1.json"), b"{ not json").unwrap();
+    // Under a name no record has: protects nothing.
+    std::fs::write(dir.join("junk.json"), b"{").unwrap();
+    let kept: Vec<_> = [
+        ("172.31.250.141", "torn.1"),
+        ("172.31.250.142", long.as_str()),
+        ("172.31.250.143", "old.1"),
+    ]
+    .into_iter()
+    .map(|(ip, cid)| old_reservation(&l, ip, cid))
+    .collect();
+    // Orphans: no record at all ("junk" would be "junk_net1.json").
+    let orphans = [
+        old_reservation(&l, "172.31.250.144", "orphan"),
+        old_reservation(&l, "172.31.250.145", "junk"),
+    ];
+    // A temp file a crashed writer left, and one being written.
+    let stale = dir.join(".crashed_net1.4242.0.tmp");
+    std::fs::File::create(&stale)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(600))
+        .unwrap();
+    let fresh = dir.join(".writing_net1.4243.0.tmp");
+    std::fs::write(&fresh, b"{").unwrap();
+
+    assert!(
+        edgelink_tests::wait_until(Duration::from_secs(20), || orphans
+            .iter()
+            .all(|p| !p.exists())
+            && !stale.exists()),
+        "GC released no orphan: {:?}; stale temp there: {}",
+        l.lab.reserved(NET),
+        stale.exists()
+    );
+    // Nothing else went, then or in the passes after.
+    let t0 = l.status()["lastReconcileAt"].as_u64().unwrap();
+    l.wait_status(Duration::from_secs(20), "two more passes", |s| {
+        s["lastReconcileAt"].as_u64().unwrap() >= t0 + 2
+    });
+    assert!(own.exists());
+    for p in &kept {
+        assert!(p.exists(), "{} released", p.display());
+    }
+    assert!(fresh.exists());
+    assert_eq!(
+        l.status()["malformedRecords"].as_array().map(Vec::len),
+        Some(4)
+    );
+    l.echo_once(b"still served\n");
+}

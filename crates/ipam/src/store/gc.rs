@@ -100,12 +100,24 @@ impl StoreLock<'_> {
         valid: &HashSet<(String, String)>,
         grace: Duration,
     ) -> GcReport {
+        self.release_all_but(
+            &|cid: &str, ifname: &str| valid.contains(&(cid.to_string(), ifname.to_string())),
+            grace,
+        )
+    }
+
+    /// As [`Self::release_all_except_with_grace`], keeping the reservations
+    /// of every (container_id, ifname) for which `keep` returns true.
+    pub fn release_all_but(
+        &mut self,
+        keep: &dyn Fn(&str, &str) -> bool,
+        grace: Duration,
+    ) -> GcReport {
         let mut report = GcReport::default();
         let store = self.store;
         let layout = &store.layout;
         let now = SystemTime::now();
-        let is_valid =
-            |cid: &str, ifname: &str| valid.contains(&(cid.to_string(), ifname.to_string()));
+        let is_valid = keep;
 
         // Address files, temp files and cursors.
         let mut kept: HashMap<IpAddr, Reservation> = HashMap::new();
@@ -229,6 +241,23 @@ pub fn release_all_except_with_grace(
     lock_timeout: Duration,
     grace: Duration,
 ) -> GcReport {
+    release_all_but(
+        state_dir,
+        &|cid: &str, ifname: &str| valid.contains(&(cid.to_string(), ifname.to_string())),
+        lock_timeout,
+        grace,
+    )
+}
+
+/// As [`release_all_except_with_grace`], keeping the reservations of every
+/// (container ID, ifname) for which `keep` returns true (the node daemon
+/// keeps those an unreadable attachment record may belong to).
+pub fn release_all_but(
+    state_dir: &Path,
+    keep: &dyn Fn(&str, &str) -> bool,
+    lock_timeout: Duration,
+    grace: Duration,
+) -> GcReport {
     let mut report = GcReport::default();
     let root = state_dir.join("ipam");
     for entry in entries(&root, &mut report) {
@@ -250,7 +279,7 @@ pub fn release_all_except_with_grace(
             }
         };
         match store.lock(lock_timeout) {
-            Ok(mut lock) => report.merge(lock.release_all_except_with_grace(valid, grace)),
+            Ok(mut lock) => report.merge(lock.release_all_but(keep, grace)),
             Err(e) => report.errors.push(e),
         }
     }

@@ -229,3 +229,49 @@ fn cni_gc_grace_keeps_an_add_in_flight_and_collects_an_old_reservation() {
     assert_eq!(env.store.reserved_by("young", "net1").unwrap(), young);
     assert!(env.store.reserved_by("old", "net1").unwrap().is_empty());
 }
+
+#[test]
+fn release_all_but_keeps_what_the_predicate_keeps() {
+    let env = Env::new();
+    let c = small();
+    let a = env.take(&c, "A");
+    let b = env.take(&c, "B");
+    let d = env.take(&c, "D");
+    let mut lock = env.store.lock(Duration::from_secs(5)).unwrap();
+    let keep = |cid: &str, ifname: &str| ifname == "net1" && (cid == "A" || cid == "D");
+    let report = lock.release_all_but(&keep, Duration::ZERO);
+    drop(lock);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        report.released,
+        vec![(NET.to_string(), b[0], "B".to_string(), "net1".to_string())]
+    );
+    assert_eq!(env.store.reserved_by("A", "net1").unwrap(), a);
+    assert_eq!(env.store.reserved_by("D", "net1").unwrap(), d);
+}
+
+#[test]
+fn container_ids_of_256_characters_reserve_check_gc_and_release() {
+    // CNI allows 256-character container IDs; every file keyed by one
+    // (owner index, sticky memory) must stay a legal file name.
+    let env = Env::new();
+    let c = small();
+    let long_a = "a".repeat(256);
+    let long_b = format!("b{}", "_.".repeat(127) + "x");
+    assert_eq!(long_b.len(), 256);
+    let pa = pod(&long_a, "net1", &"n".repeat(63), &"p".repeat(253));
+    let a = addrs(&env.alloc(&c, &pa).unwrap());
+    let b = env.take(&c, &long_b);
+    assert_eq!(env.store.reserved_by(&long_a, "net1").unwrap(), a);
+    assert_eq!(env.store.reserved_by(&long_b, "net1").unwrap(), b);
+    for sub in ["owners", "sticky"] {
+        for e in fs::read_dir(env.dir().join(sub)).unwrap() {
+            assert!(e.unwrap().file_name().len() <= 255);
+        }
+    }
+    let report = env.gc(&valid(&[(&long_a, "net1")]));
+    assert_eq!(report.released.len(), 1, "{:?}", report.released);
+    assert_eq!(env.release(&long_a, "net1").unwrap(), a);
+    assert!(env.release(&long_a, "net1").unwrap().is_empty());
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}

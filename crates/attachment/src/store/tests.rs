@@ -1,0 +1,298 @@
+//! Unit tests of the records directory.
+
+use super::*;
+use crate::{Forward, Protocol, RecordInterface, RECORD_VERSION};
+use std::cell::RefCell;
+use std::os::unix::fs::PermissionsExt;
+
+thread_local! {
+    /// What `sync` fsync'd on this thread.
+    pub(super) static SYNCED: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+}
+
+fn rec(cid: &str) -> Record {
+    Record {
+        pid_namespace: None,
+        version: RECORD_VERSION,
+        container_id: cid.into(),
+        ifname: "net1".into(),
+        netns: "/var/run/netns/pod".into(),
+        network: "plant-floor".into(),
+        mode: "bridge".into(),
+        pod_namespace: Some("hil".into()),
+        pod_name: Some("proxy-0".into()),
+        pod_uid: None,
+        interface: RecordInterface {
+            name: "net1".into(),
+            mac: "02:00:00:00:00:01".into(),
+            ips: vec!["172.17.16.200/24".parse().unwrap()],
+        },
+        forwards: vec![Forward {
+            name: "api".into(),
+            protocol: Protocol::Tcp,
+            port: 8080,
+            target: "172.17.16.120:8080".parse().unwrap(),
+            connect_timeout_ms: 5000,
+        }],
+        allowed_targets: vec!["172.17.16.0/24".parse().unwrap()],
+        created_at: 1,
+        cni_config: None,
+    }
+}
+
+#[test]
+fn write_read_list_remove() {
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    assert!(s.list().unwrap().is_empty());
+    let p = s.write(&rec("c1")).unwrap();
+    assert_eq!(
+        fs::metadata(s.dir()).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(s.read("c1", "net1").unwrap().unwrap(), rec("c1"));
+    s.write(&rec("c2")).unwrap();
+    fs::write(s.dir().join("junk.json"), b"{").unwrap();
+    fs::write(s.dir().join(".c3_net1.json.123.tmp"), b"{").unwrap();
+    let all = s.list().unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all.iter().filter(|(_, r)| r.is_err()).count(), 1);
+    assert!(s.remove("c1", "net1").unwrap());
+    assert!(!s.remove("c1", "net1").unwrap());
+    assert!(s.read("c1", "net1").unwrap().is_none());
+}
+
+#[test]
+fn nudge_and_query_without_daemon_are_harmless() {
+    let d = tempfile::tempdir().unwrap();
+    crate::nudge_daemon(d.path());
+    let q = crate::query_daemon(
+        d.path(),
+        "c1",
+        "net1",
+        std::time::Duration::from_millis(100),
+    );
+    assert!(q.unwrap().is_none());
+    let sock = std::os::unix::net::UnixListener::bind(d.path().join(crate::DAEMON_SOCKET)).unwrap();
+    crate::nudge_daemon(d.path());
+    let (s, _) = sock.accept().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut line).unwrap();
+    assert_eq!(line, "rescan\n");
+}
+
+fn rec_if(cid: &str, ifname: &str) -> Record {
+    let mut r = rec(cid);
+    r.ifname = ifname.into();
+    r
+}
+
+fn names(s: &RecordStore) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(s.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn attachments_whose_old_names_collide_keep_two_records() {
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    let ab_c = rec_if("a_b", "c");
+    let a_bc = rec_if("a", "b_c");
+    s.write(&ab_c).unwrap();
+    s.write(&a_bc).unwrap();
+    assert_eq!(s.read("a_b", "c").unwrap(), Some(ab_c.clone()));
+    assert_eq!(s.read("a", "b_c").unwrap(), Some(a_bc.clone()));
+    assert_eq!(s.list().unwrap().len(), 2);
+    // DEL of one leaves the other.
+    assert!(s.remove("a", "b_c").unwrap());
+    assert_eq!(s.read("a", "b_c").unwrap(), None);
+    assert_eq!(s.read("a_b", "c").unwrap(), Some(ab_c.clone()));
+    let all = s.list().unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].1.as_ref().unwrap(), &ab_c);
+}
+
+#[test]
+fn long_container_ids_write_read_and_remove() {
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    for cid in ["a".repeat(256), format!("c{}", "_.".repeat(127) + "x")] {
+        assert_eq!(cid.len(), 256);
+        let r = rec(&cid);
+        let p = s.write(&r).unwrap();
+        assert!(p.file_name().unwrap().len() <= 255);
+        assert_eq!(s.read(&cid, "net1").unwrap(), Some(r));
+        assert!(s.remove(&cid, "net1").unwrap());
+        assert!(!s.remove(&cid, "net1").unwrap(), "DEL stays idempotent");
+        assert_eq!(s.read(&cid, "net1").unwrap(), None);
+    }
+    assert!(s.list().unwrap().is_empty());
+    assert!(names(&s).is_empty(), "{:?}", names(&s));
+}
+
+#[test]
+fn old_format_records_are_found_migrated_and_removed() {
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    fs::create_dir_all(s.dir()).unwrap();
+    let body = |r: &Record| serde_json::to_vec_pretty(r).unwrap();
+    // Written by an older plugin: `{cid}_{ifname}.json`. "a_b_c.json"
+    // could be (a_b, c) or (a, b_c): its content says which.
+    let ab_c = rec_if("a_b", "c");
+    fs::write(s.dir().join("a_b_c.json"), body(&ab_c)).unwrap();
+    let dotted = rec("pod.1");
+    fs::write(s.dir().join("pod.1_net1.json"), body(&dotted)).unwrap();
+    let gone = rec("gone.1");
+    fs::write(s.dir().join("gone.1_net1.json"), body(&gone)).unwrap();
+
+    // Found under the old name before any migration; the other
+    // reading of the ambiguous name is not given someone else's record.
+    assert_eq!(s.read("a_b", "c").unwrap(), Some(ab_c.clone()));
+    assert_eq!(s.read("a", "b_c").unwrap(), None);
+    assert!(!s.remove("a", "b_c").unwrap());
+    assert!(s.dir().join("a_b_c.json").exists());
+    // DEL before migration removes the old-format file.
+    assert!(s.remove("gone.1", "net1").unwrap());
+    assert!(!s.remove("gone.1", "net1").unwrap());
+
+    // list moves the others to their new names, content unchanged.
+    let all = s.list().unwrap();
+    let listed: Vec<_> = all
+        .iter()
+        .map(|(p, r)| (p.clone(), r.as_ref().unwrap().clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (s.path("a_b", "c"), ab_c.clone()),
+            (s.path("pod.1", "net1"), dotted.clone()),
+        ]
+    );
+    assert_eq!(names(&s), vec!["a%5Fb_c.json", "pod%2E1_net1.json"]);
+    assert_eq!(s.read("pod.1", "net1").unwrap(), Some(dotted.clone()));
+    // Idempotent.
+    assert_eq!(s.list().unwrap().len(), 2);
+
+    // An old-format file next to a newer record of the same attachment
+    // is dropped: the newer one wins.
+    let mut older = dotted.clone();
+    older.created_at = 0;
+    fs::write(s.dir().join("pod.1_net1.json"), body(&older)).unwrap();
+    let all = s.list().unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(s.read("pod.1", "net1").unwrap(), Some(dotted.clone()));
+    assert_eq!(names(&s), vec!["a%5Fb_c.json", "pod%2E1_net1.json"]);
+    // A write removes the old-format file of its attachment.
+    fs::write(s.dir().join("pod.1_net1.json"), body(&older)).unwrap();
+    s.write(&dotted).unwrap();
+    assert_eq!(names(&s), vec!["a%5Fb_c.json", "pod%2E1_net1.json"]);
+}
+
+#[test]
+fn unreadable_old_format_records() {
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    fs::create_dir_all(s.dir()).unwrap();
+    // One split only: it is this attachment's, reported and removed.
+    fs::write(s.dir().join("pod.1_net1.json"), b"{").unwrap();
+    assert!(matches!(
+        s.read("pod.1", "net1"),
+        Err(RecordError::Malformed { .. })
+    ));
+    assert!(s.remove("pod.1", "net1").unwrap());
+    // Ambiguous: neither reading may remove it.
+    fs::write(s.dir().join("a_b_c.json"), b"{").unwrap();
+    assert_eq!(s.read("a", "b_c").unwrap(), None);
+    assert!(!s.remove("a", "b_c").unwrap());
+    assert!(!s.remove("a_b", "c").unwrap());
+    let all = s.list().unwrap();
+    assert_eq!(all.len(), 1);
+    assert!(all[0].1.is_err());
+    // May it hold a record of ...?
+    assert!(RecordStore::may_name("a_b_c.json", "a", "b_c"));
+    assert!(RecordStore::may_name("a_b_c.json", "a_b", "c"));
+    assert!(RecordStore::may_name("a%5Fb_c.json", "a_b", "c"));
+    assert!(!RecordStore::may_name("a%5Fb_c.json", "a", "b_c"));
+    assert!(!RecordStore::may_name("junk.json", "junk", ""));
+}
+
+#[test]
+fn stale_temp_files_are_removed_by_list() {
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    s.write(&rec("c1")).unwrap();
+    let old = SystemTime::now() - STALE_TEMP - Duration::from_secs(5);
+    // Leftovers of crashed writers, in the current and the old naming.
+    for n in [".c1_net1.123.0.tmp", ".c2_net1.456.tmp"] {
+        let f = fs::File::create(s.dir().join(n)).unwrap();
+        f.set_modified(old).unwrap();
+    }
+    // A write in progress.
+    fs::write(s.dir().join(".c3_net1.789.0.tmp"), b"{").unwrap();
+    // Not a temp file: left alone.
+    let f = fs::File::create(s.dir().join(".keep")).unwrap();
+    f.set_modified(old).unwrap();
+    assert_eq!(s.list().unwrap().len(), 1);
+    assert_eq!(
+        names(&s),
+        vec![".c3_net1.789.0.tmp", ".keep", "c1_net1.json"]
+    );
+}
+
+#[test]
+fn write_fsyncs_the_record_then_the_directory_and_leaves_no_temp() {
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    SYNCED.with(|v| v.borrow_mut().clear());
+    let p = s.write(&rec("c1")).unwrap();
+    let synced = SYNCED.with(|v| v.borrow().clone());
+    assert_eq!(synced.len(), 2, "{synced:?}");
+    // The temp file (content before rename), then the directory.
+    let tmp = synced[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        tmp.starts_with(".c1_net1.") && tmp.ends_with(".tmp"),
+        "{tmp}"
+    );
+    assert_eq!(synced[1], s.dir());
+    assert_eq!(names(&s), vec!["c1_net1.json"]);
+    assert_eq!(
+        serde_json::from_slice::<Record>(&fs::read(p).unwrap()).unwrap(),
+        rec("c1")
+    );
+}
+
+#[test]
+fn a_del_racing_a_migration_leaves_no_record() {
+    // list moves an old-format file (link, then unlink) while DEL removes
+    // the attachment's record under both names: whatever the interleaving,
+    // nothing may be left (a record brought back to life after its DEL).
+    let d = tempfile::tempdir().unwrap();
+    let s = RecordStore::new(d.path());
+    fs::create_dir_all(s.dir()).unwrap();
+    let r = rec("pod.1");
+    let body = serde_json::to_vec_pretty(&r).unwrap();
+    for _ in 0..300 {
+        fs::write(s.dir().join("pod.1_net1.json"), &body).unwrap();
+        let lister = {
+            let s = s.clone();
+            std::thread::spawn(move || s.list().unwrap().len())
+        };
+        s.remove("pod.1", "net1").unwrap();
+        let listed = lister.join().unwrap();
+        assert!(listed <= 1);
+        assert!(names(&s).is_empty(), "{:?}", names(&s));
+        assert_eq!(s.read("pod.1", "net1").unwrap(), None);
+    }
+}
