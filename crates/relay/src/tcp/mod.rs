@@ -163,9 +163,16 @@ pub async fn splice_duplex(
     }
     for stream in [&client, &upstream] {
         let sock = SockRef::from(stream);
-        sock.set_out_of_band_inline(true)?;
-        if let Some(idle) = cfg.keepalive {
-            sock.set_tcp_keepalive(&keepalive_params(idle))?;
+        let set = sock
+            .set_out_of_band_inline(true)
+            .and_then(|()| match cfg.keepalive {
+                Some(idle) => sock.set_tcp_keepalive(&keepalive_params(idle)),
+                None => Ok(()),
+            });
+        if let Err(e) = set {
+            reset(&client);
+            reset(&upstream);
+            return Err(e);
         }
     }
     let activity = Activity::new(cfg.idle_timeout.is_some());
