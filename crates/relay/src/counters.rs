@@ -19,6 +19,9 @@ pub struct Counters {
     pub connect_errors: AtomicU64,
     /// Connections that ended with an error other than a connect failure.
     pub errors: AtomicU64,
+    /// TCP connections reset after their idle timeout (no byte moved
+    /// either way for that long).
+    pub idle_timeouts: AtomicU64,
     /// Times splice was refused and a plain copy was used instead.
     pub splice_fallbacks: AtomicU64,
     /// Connections or datagrams refused (private side, not allowed).

@@ -8,7 +8,8 @@
 //! implements (the node daemon creates them inside the right namespace).
 //!
 //! Unsafe code is confined to the batched UDP syscalls (`udp::mmsg`) and
-//! one socket option (`sockopt`); the rest goes through nix's safe wrappers (splice, pipe2, fcntl).
+//! two socket calls (`sockopt`: an int setsockopt, the SIOCATMARK ioctl);
+//! the rest goes through nix's safe wrappers (splice, pipe2, fcntl).
 //!
 //! splice(2) into a socket whose peer is gone raises SIGPIPE: the process
 //! must ignore it, as every Rust binary does unless told otherwise.
@@ -24,7 +25,7 @@ pub mod udp;
 
 pub use counters::Counters;
 pub use pipe::{Pipe, PipePool, PipeStats};
-pub use tcp::{splice_duplex, TcpRelayConfig, DEFAULT_PIPE_SIZE};
+pub use tcp::{keepalive_params, splice_duplex, TcpRelayConfig, DEFAULT_PIPE_SIZE};
 pub use udp::{serve_udp, UdpConfig};
 
 use futures_util::future::BoxFuture;

@@ -40,3 +40,29 @@ pub(crate) fn set_rcvlowat(stream: impl AsFd, bytes: usize) -> io::Result<()> {
 pub(crate) fn refuse_gso(socket: impl AsFd) {
     set_int(socket, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).expect("SO_NO_CHECK");
 }
+
+/// SIOCATMARK from asm-generic/sockios.h (the value of every architecture
+/// this project builds for; libc does not export it for Linux).
+const SIOCATMARK: libc::c_ulong = 0x8905;
+
+/// Whether the next byte to read from a TCP socket is at the urgent mark
+/// (the sender's MSG_OOB byte). splice(2) never reads across the mark:
+/// only read(2) does, and with SO_OOBINLINE the urgent byte stays in line.
+pub(crate) fn at_mark(fd: impl AsFd) -> io::Result<bool> {
+    let mut at: libc::c_int = 0;
+    // SAFETY: the descriptor is open for the borrow of `fd`; SIOCATMARK
+    // writes one c_int through the pointer, which points at `at`, alive
+    // across the call.
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_fd().as_raw_fd(),
+            SIOCATMARK as _,
+            &mut at as *mut libc::c_int,
+        )
+    };
+    if r == 0 {
+        Ok(at != 0)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

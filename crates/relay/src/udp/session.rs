@@ -5,23 +5,36 @@
 //! in another namespace, which takes a moment), and the client's datagrams
 //! wait in a small queue meanwhile. Once the socket is there, the queue is
 //! flushed and a reply task starts reading the socket.
+//!
+//! Least recently used order: each session's last activity is an atomic
+//! that both the table (datagrams from the client) and its reply task
+//! (datagrams from the target) move forward. The table also keeps an index
+//! ordered by (time, slot), which it updates itself for the client side
+//! and lazily for the reply side: an entry's time is never later than the
+//! session's. Evicting takes the first entry; if the session was active
+//! since, the entry moves to that time and the next one is looked at. So
+//! an eviction costs O(log n), plus one step per session whose replies the
+//! index had not seen yet (each such step brings its entry up to date);
+//! the idle sweep walks only the entries older than the timeout.
 
 use super::mmsg::{self, Local, RecvBatch, MAX_BATCH};
 use crate::counters::Counters;
 use crate::{RefuseFn, SocketSource};
 use socket2::SockAddr;
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+mod reply;
+
+use reply::{send_all, sent_bytes, Replies};
 
 /// Datagrams (and bytes) a session keeps while its socket is being made;
 /// more are dropped. The whole table keeps at most `PENDING_BYTES_TOTAL`
@@ -77,8 +90,12 @@ pub(super) struct Created {
 struct Session {
     peer: SocketAddr,
     generation: u64,
-    /// [`Clock`] time of the last datagram either way.
+    /// [`Clock`] time of the last datagram either way (only moves
+    /// forward).
     last: Arc<AtomicU64>,
+    /// The time under which the session is in the table's `lru` index: at
+    /// most `last`.
+    indexed: u64,
     /// Where to answer the client from.
     local: Option<Local>,
     state: State,
@@ -111,6 +128,11 @@ pub(super) struct Table {
     slots: Vec<Option<Session>>,
     free: Vec<usize>,
     by_peer: HashMap<SocketAddr, usize>,
+    /// (time, slot) of every session, oldest first (see the module's
+    /// documentation).
+    lru: BTreeSet<(u64, usize)>,
+    /// Index entries looked at by evictions, for tests of their cost.
+    evict_visits: u64,
     next_generation: u64,
     /// Bytes queued in all pending sessions.
     pending_bytes: usize,
@@ -125,6 +147,8 @@ impl Table {
             slots: Vec::new(),
             free: Vec::new(),
             by_peer: HashMap::new(),
+            lru: BTreeSet::new(),
+            evict_visits: 0,
             next_generation: 0,
             pending_bytes: 0,
             crowded: 0,
@@ -184,11 +208,11 @@ impl Table {
         order.sort_unstable();
         for group in order.chunk_by(|a, b| a.0 == b.0) {
             let slot = group[0].0;
+            self.touch(slot, now);
             let Some(session) = self.slots[slot].as_mut() else {
                 Counters::add(&counters.udp_drops, group.len() as u64);
                 continue;
             };
-            session.last.store(now, Ordering::Relaxed);
             let current = session.generation;
             let datagrams = group
                 .iter()
@@ -247,6 +271,20 @@ impl Table {
         }
     }
 
+    /// A datagram from the client of session `slot` at `now`: the session
+    /// moves to the young end of the index.
+    fn touch(&mut self, slot: usize, now: u64) {
+        let Some(session) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        session.last.fetch_max(now, Ordering::Relaxed);
+        if session.indexed < now {
+            self.lru.remove(&(session.indexed, slot));
+            self.lru.insert((now, slot));
+            session.indexed = now;
+        }
+    }
+
     /// The session of `peer`, made (evicting the least recently used one
     /// if the table is full) when there is none.
     fn session_for(&mut self, peer: SocketAddr, local: Option<Local>, now: u64) -> (usize, u64) {
@@ -272,6 +310,7 @@ impl Table {
             peer,
             generation,
             last: Arc::new(AtomicU64::new(now)),
+            indexed: now,
             local: local.filter(|_| self.shared.answer_from_dst),
             state: State::Pending {
                 queue: Vec::new(),
@@ -281,6 +320,7 @@ impl Table {
             task: Some(task),
         });
         self.by_peer.insert(peer, slot);
+        self.lru.insert((now, slot));
         let counters = &self.shared.counters;
         Counters::inc(&counters.udp_sessions);
         Counters::inc(&counters.udp_sessions_total);
@@ -289,23 +329,30 @@ impl Table {
     }
 
     fn evict_lru(&mut self) {
-        let oldest = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, s)| s.as_ref().map(|s| (s.last.load(Ordering::Relaxed), slot)))
-            .min();
-        if let Some((_, slot)) = oldest {
+        while let Some((indexed, slot)) = self.lru.pop_first() {
+            self.evict_visits += 1;
+            let Some(session) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+                continue; // cannot happen: removal takes the entry out
+            };
+            let last = session.last.load(Ordering::Relaxed);
+            if last > indexed {
+                // Its replies kept it busy since: not the oldest after all.
+                session.indexed = last;
+                self.lru.insert((last, slot));
+                continue;
+            }
             if let Some(s) = self.remove(slot) {
                 tracing::debug!(peer = %s.peer, "UDP session evicted, the table is full");
             }
             Counters::inc(&self.shared.counters.udp_evictions);
+            return;
         }
     }
 
     fn remove(&mut self, slot: usize) -> Option<Session> {
         let session = self.slots.get_mut(slot)?.take()?;
         self.by_peer.remove(&session.peer);
+        self.lru.remove(&(session.indexed, slot));
         self.free.push(slot);
         if let State::Pending { queue, crowded, .. } = &session.state {
             self.pending_bytes -= queue.len();
@@ -396,15 +443,29 @@ impl Table {
 
     /// Close the sessions idle for `idle_ms` or more.
     pub(super) fn sweep(&mut self, idle_ms: u64) {
-        let now = self.shared.clock.now();
-        for slot in 0..self.slots.len() {
-            let idle = self.slots[slot]
-                .as_ref()
-                .is_some_and(|s| now.saturating_sub(s.last.load(Ordering::Relaxed)) >= idle_ms);
-            if idle {
-                if let Some(s) = self.remove(slot) {
-                    tracing::debug!(peer = %s.peer, "UDP session closed after its idle timeout");
-                }
+        self.sweep_at(self.shared.clock.now(), idle_ms);
+    }
+
+    /// [`Table::sweep`] at [`Clock`] time `now`: walks the index from its
+    /// oldest entry up to the first one younger than the timeout.
+    fn sweep_at(&mut self, now: u64, idle_ms: u64) {
+        while let Some(&(indexed, slot)) = self.lru.first() {
+            if now.saturating_sub(indexed) < idle_ms {
+                return;
+            }
+            self.lru.pop_first();
+            let Some(session) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            let last = session.last.load(Ordering::Relaxed);
+            if now.saturating_sub(last) < idle_ms {
+                // Replies came since it was indexed.
+                session.indexed = last;
+                self.lru.insert((last, slot));
+                continue;
+            }
+            if let Some(s) = self.remove(slot) {
+                tracing::debug!(peer = %s.peer, "UDP session closed after its idle timeout");
             }
         }
     }
@@ -454,153 +515,5 @@ async fn make_socket(shared: Arc<Shared>, slot: usize, generation: u64) {
     });
 }
 
-/// One session's way back: target → relay → client.
-struct Replies {
-    socket: Arc<UdpSocket>,
-    shared: Arc<Shared>,
-    peer: SockAddr,
-    local: Option<Local>,
-    last: Arc<AtomicU64>,
-}
-
-thread_local! {
-    /// Reply buffers, one set per worker thread: a reply task uses them only
-    /// between two awaits, so sessions need no buffers of their own.
-    static REPLY_BATCH: RefCell<RecvBatch> = RefCell::new(RecvBatch::new(MAX_BATCH));
-}
-
-impl Replies {
-    async fn run(self) {
-        loop {
-            if let Err(e) = self.socket.readable().await {
-                tracing::debug!(error = %e, "UDP session socket failed");
-                return;
-            }
-            for _ in 0..REPLY_ROUNDS {
-                let moved = self.socket.try_io(Interest::READABLE, || {
-                    REPLY_BATCH.with(|batch| self.relay_batch(&mut batch.borrow_mut()))
-                });
-                match moved {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // ICMP port unreachable from the target: the session
-                    // stays, the target may come back.
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                    Err(e) => {
-                        tracing::debug!(error = %e, "UDP session socket failed");
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    fn relay_batch(&self, batch: &mut RecvBatch) -> io::Result<()> {
-        let n = mmsg::recv_batch(self.socket.as_fd(), batch, self.shared.batch)?;
-        self.last.store(self.shared.clock.now(), Ordering::Relaxed);
-        let mut slices = [IoSlice::new(&[]); MAX_BATCH];
-        let mut k = 0;
-        for i in 0..n {
-            if !batch.meta(i).truncated {
-                slices[k] = IoSlice::new(batch.datagram(i));
-                k += 1;
-            }
-        }
-        let counters = &self.shared.counters;
-        let (sent, dropped) = send_all(
-            self.shared.listener.as_fd(),
-            &slices[..k],
-            Some(&self.peer),
-            self.local,
-            &self.shared.gso_to_client,
-        );
-        Counters::add(&counters.udp_datagrams_to_client, sent);
-        Counters::add(&counters.bytes_to_client, sent_bytes(&slices[..k], sent));
-        Counters::add(&counters.udp_drops, dropped + (n - k) as u64);
-        Ok(())
-    }
-}
-
-/// Send all of `msgs` without blocking; returns (sent, dropped). A full
-/// socket buffer drops the rest; a pending error from an earlier ICMP
-/// (ECONNREFUSED) is retried once; an error that may be GSO's turns `gso`
-/// off and retries; other errors drop one datagram each.
-fn send_all(
-    fd: BorrowedFd<'_>,
-    msgs: &[IoSlice<'_>],
-    to: Option<&SockAddr>,
-    from: Option<Local>,
-    gso: &AtomicBool,
-) -> (u64, u64) {
-    let (mut sent, mut dropped) = (0u64, 0u64);
-    let mut offset = 0;
-    let mut retried = false;
-    while offset < msgs.len() {
-        let with_gso = gso.load(Ordering::Relaxed);
-        match mmsg::send_batch(fd, &msgs[offset..], to, from, with_gso) {
-            Ok(0) => break,
-            Ok(k) => {
-                sent += k as u64;
-                offset += k;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if with_gso && mmsg::gso_refused(&e) => {
-                tracing::debug!(error = %e, "UDP GSO refused: sending datagrams one by one");
-                gso.store(false, Ordering::Relaxed);
-            }
-            Err(e)
-                if !retried
-                    && matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
-                    ) =>
-            {
-                retried = true
-            }
-            Err(e) => {
-                tracing::trace!(error = %e, "UDP send failed");
-                dropped += 1;
-                offset += 1;
-            }
-        }
-    }
-    dropped += (msgs.len() - offset) as u64;
-    (sent, dropped)
-}
-
-/// Bytes in the first `sent` datagrams of a batch (what actually went out).
-fn sent_bytes(slices: &[IoSlice<'_>], sent: u64) -> u64 {
-    slices
-        .iter()
-        .take(sent as usize)
-        .map(|s| s.len() as u64)
-        .sum()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn send_all_falls_back_when_gso_is_refused() {
-        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.connect(rx.local_addr().unwrap()).unwrap();
-        crate::sockopt::refuse_gso(&tx);
-        let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 800]).collect();
-        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
-        let gso = AtomicBool::new(true);
-        assert_eq!(send_all(tx.as_fd(), &slices, None, None, &gso), (10, 0));
-        assert!(
-            !gso.load(Ordering::Relaxed),
-            "GSO stays off after a refusal"
-        );
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
-        let mut buf = [0u8; 2048];
-        for (i, want) in payloads.iter().enumerate() {
-            let n = rx.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], &want[..], "datagram {i}");
-        }
-    }
-}
+mod tests;

@@ -4,4 +4,5 @@
 mod harness;
 mod pipe;
 mod tcp;
+mod tcp_edges;
 mod udp;

@@ -21,9 +21,37 @@
 //! Where the kernel refuses splice (EINVAL, ENOSYS), the bytes already in
 //! the pipe are first read out and delivered, then that direction goes on
 //! with a plain read/write copy through a bounded buffer.
+//!
+//! Urgent data (a sender's MSG_OOB byte): splice(2) never reads across the
+//! urgent mark; it returns what lies before it, then EAGAIN (or 0 once the
+//! sender's FIN is in), for as long as the bytes after the mark wait. Both
+//! sockets get SO_OOBINLINE, so the urgent byte stays in the stream, and a
+//! direction whose splice stops short checks SIOCATMARK: at the mark, it
+//! read(2)s past it into the pipe (a few KiB at most, once per urgent byte)
+//! and splices on. The relay delivers the urgent byte in line, in order; it
+//! does not pass the urgency on (no MSG_OOB towards the other peer).
+//!
+//! SPLICE_F_MORE: a splice out of a pipe that the source filled to its
+//! limit carries SPLICE_F_MORE (MSG_MORE), so the kernel may hold a partial
+//! segment back for the bytes that follow. When the source then turns out
+//! to have nothing more, the direction flushes that tail (TCP_CORK off,
+//! which pushes pending frames) before it waits: otherwise it would sit
+//! until an ACK or the ~200 ms probe timer sent it.
+//!
+//! Per connection state is bounded in time when asked to: TCP keepalive on
+//! both legs ([`TcpRelayConfig::keepalive`]) finds peers that went away
+//! without a word, and an idle timeout ([`TcpRelayConfig::idle_timeout`])
+//! resets both legs of a connection on which no byte moved either way.
+//! The idle timeout costs a clock read per splice out of a pipe and one
+//! timer per connection, which is moved on lazily when it fires early.
+
+mod bounds;
+
+pub use bounds::{keepalive_params, KEEPALIVE_PROBES};
 
 use crate::counters::Counters;
 use crate::pipe::{Pipe, PipePool};
+use bounds::Activity;
 use nix::fcntl::SpliceFFlags;
 use socket2::SockRef;
 use std::io;
@@ -69,6 +97,14 @@ pub struct TcpRelayConfig {
     /// caller whose sockets have it already (accepted from a listener that
     /// has it, made with it) saves two syscalls per connection with false.
     pub set_nodelay: bool,
+    /// Close (with RST on both legs) a connection with no bytes moving either way for this long. None: never.
+    /// Counted in `idle_timeouts`; [`splice_duplex`] then returns an error
+    /// of kind `TimedOut`. Checked to the millisecond, with one timer per
+    /// connection.
+    pub idle_timeout: Option<std::time::Duration>,
+    /// TCP keepalive (idle time before the first probe) set on both sockets. None: leave the sockets as they are.
+    /// The interval and probe count follow from it: see [`keepalive_params`].
+    pub keepalive: Option<std::time::Duration>,
 }
 
 /// How long a direction in bulk mode waits for `bulk_lowat` bytes before it
@@ -85,6 +121,8 @@ impl Default for TcpRelayConfig {
             force_copy: false,
             bulk_lowat: DEFAULT_BULK_LOWAT,
             set_nodelay: true,
+            idle_timeout: None,
+            keepalive: None,
         }
     }
 }
@@ -99,7 +137,14 @@ impl Default for TcpRelayConfig {
 /// both sockets were reset.
 ///
 /// Sets TCP_NODELAY on both sockets unless told not to
-/// ([`TcpRelayConfig::set_nodelay`]).
+/// ([`TcpRelayConfig::set_nodelay`]), SO_OOBINLINE on both (urgent bytes
+/// are relayed in line), and the keepalive options when
+/// [`TcpRelayConfig::keepalive`] is set (see [`keepalive_params`]).
+///
+/// With [`TcpRelayConfig::idle_timeout`], a connection on which no byte
+/// moved either way for that long is ended: both sockets are reset,
+/// `idle_timeouts` is counted, and an error of kind
+/// [`io::ErrorKind::TimedOut`] is returned.
 ///
 /// Dropping the future closes both sockets (without a reset) and returns
 /// its pipes to the pool.
@@ -116,6 +161,21 @@ pub async fn splice_duplex(
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
     }
+    for stream in [&client, &upstream] {
+        let sock = SockRef::from(stream);
+        let set = sock
+            .set_out_of_band_inline(true)
+            .and_then(|()| match cfg.keepalive {
+                Some(idle) => sock.set_tcp_keepalive(&keepalive_params(idle)),
+                None => Ok(()),
+            });
+        if let Err(e) = set {
+            reset(&client);
+            reset(&upstream);
+            return Err(e);
+        }
+    }
+    let activity = Activity::new(cfg.idle_timeout.is_some());
     // Set by the direction that ends first: the second one leaves its end
     // of file to close(2), which follows at once, instead of a shutdown.
     let ended = AtomicBool::new(false);
@@ -127,6 +187,7 @@ pub async fn splice_duplex(
         bytes: &counters.bytes_to_target,
         fallbacks: &counters.splice_fallbacks,
         ended: &ended,
+        activity: &activity,
         cfg,
     };
     let to_client = Direction {
@@ -136,16 +197,32 @@ pub async fn splice_duplex(
         bytes: &counters.bytes_to_client,
         fallbacks: &counters.splice_fallbacks,
         ended: &ended,
+        activity: &activity,
         cfg,
     };
-    let result = tokio::try_join!(to_target.run(), to_client.run());
+    let relay = async { tokio::try_join!(to_target.run(), to_client.run()).map(|_| ()) };
+    let result = match cfg.idle_timeout {
+        None => relay.await,
+        Some(timeout) => tokio::select! {
+            biased;
+            r = relay => r,
+            () = activity.idle_for(timeout) => {
+                Counters::inc(&counters.idle_timeouts);
+                tracing::debug!(?timeout, "connection idle: reset");
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no byte moved either way for {timeout:?}"),
+                ))
+            }
+        },
+    };
     if result.is_err() {
         // The failed direction's pipe (and its bytes) is gone already; make
         // both peers see a reset.
         reset(&client);
         reset(&upstream);
     }
-    result.map(|_| ())
+    result
 }
 
 /// Close with RST when the socket is dropped.
@@ -162,6 +239,7 @@ struct Direction<'a> {
     bytes: &'a AtomicU64,
     fallbacks: &'a AtomicU64,
     ended: &'a AtomicBool,
+    activity: &'a Activity,
     cfg: &'a TcpRelayConfig,
 }
 
@@ -205,6 +283,12 @@ fn splice_refused(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS))
 }
 
+/// Send what MSG_MORE held back on `dst`: clearing TCP_CORK pushes the
+/// pending frames (TCP_NODELAY is left as it is).
+fn uncork(dst: &TcpStream) -> io::Result<()> {
+    crate::sockopt::set_int(dst, libc::IPPROTO_TCP, libc::TCP_CORK, 0)
+}
+
 /// The size of a pipe slot's page.
 fn page_size() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -220,6 +304,32 @@ fn page_size() -> usize {
 
 fn would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
+}
+
+/// Largest read past an urgent mark: one page, which an empty pipe always
+/// takes whole.
+const PAST_MARK: usize = 4096;
+
+/// When `src` is at its urgent mark, which splice(2) cannot cross, read
+/// past it into the empty `pipe` with read(2) (with SO_OOBINLINE the urgent
+/// byte comes first, in line) and return the bytes moved: `Some(0)` is end
+/// of file. `None` when the source is not at a mark.
+fn past_mark(src: &TcpStream, pipe: &mut Pipe<'_>, want: usize) -> io::Result<Option<usize>> {
+    if !crate::sockopt::at_mark(src)? {
+        return Ok(None);
+    }
+    let mut buf = [0u8; PAST_MARK];
+    let max = want.min(PAST_MARK);
+    let n = nix::unistd::read(src, &mut buf[..max])?;
+    // An empty pipe takes up to a page whole (PIPE_BUF writes are atomic).
+    let written = pipe.write_from(&buf[..n])?;
+    if written != n {
+        return Err(io::Error::other(format!(
+            "the pipe took {written} of the {n} bytes read past an urgent mark"
+        )));
+    }
+    tracing::trace!(bytes = n, "read past an urgent mark");
+    Ok(Some(n))
 }
 
 impl<'a> Direction<'a> {
@@ -273,10 +383,30 @@ impl<'a> Direction<'a> {
             // keeps any wakeup that came after the splice started.
             let slots = pipe.capacity() / page_size();
             let mut dry = 0usize;
+            //
+            // Urgent data breaks both inferences: splice stops short at
+            // the urgent mark, then gives EAGAIN, or 0 once the FIN is in,
+            // with bytes still queued. So a splice that looks dry, or would
+            // block, or ends the stream, asks SIOCATMARK before it is
+            // believed; at the mark the direction reads past it (see
+            // `past_mark`), and the source's readiness is kept.
             let filled = src.try_io(Interest::READABLE, || {
                 match pipe.splice_from(src, want, FLAGS) {
                     Err(e) if would_block(&e) && had > 0 => Ok(Fill::Stalled),
+                    Err(e) if would_block(&e) => match past_mark(src, pipe, want)? {
+                        Some(n) => Ok(Fill::Moved(n)),
+                        None => Err(e),
+                    },
+                    // At the mark with bytes in the pipe: drain, then come
+                    // back with an empty pipe to read past it.
+                    Ok(0) if had > 0 && crate::sockopt::at_mark(src)? => Ok(Fill::Stalled),
+                    Ok(0) if had == 0 => Ok(Fill::Moved(past_mark(src, pipe, want)?.unwrap_or(0))),
+                    // Stopped at the mark: a short move, not a dry source;
+                    // the next splice finds the mark.
                     Ok(n) if n > 0 && n < want && had + n < slots => {
+                        if crate::sockopt::at_mark(src)? {
+                            return Ok(Fill::Moved(n));
+                        }
                         dry = n;
                         Err(io::ErrorKind::WouldBlock.into())
                     }
@@ -302,6 +432,9 @@ impl<'a> Direction<'a> {
         let mut eof = false;
         // The last fill took all the room: the source likely has more.
         let mut more = false;
+        // The last splice into the destination carried SPLICE_F_MORE: the
+        // kernel may hold its tail back until it is flushed.
+        let mut corked = false;
         let mut budget = YIELD_EVERY;
         // Bytes taken from the source since it was last waited for, and the
         // source's SO_RCVLOWAT now.
@@ -329,6 +462,12 @@ impl<'a> Direction<'a> {
                             if p.is_empty() {
                                 // Drained and the source would block.
                                 pipe = None;
+                                if corked {
+                                    // Nothing follows the bytes sent with
+                                    // MORE: send their tail now.
+                                    corked = false;
+                                    uncork(self.dst)?;
+                                }
                                 continue;
                             }
                         }
@@ -353,7 +492,11 @@ impl<'a> Direction<'a> {
                     };
                     let dst = self.dst;
                     match dst.try_io(Interest::WRITABLE, || p.splice_into(dst, flags)) {
-                        Ok(n) => Counters::add(self.bytes, n as u64),
+                        Ok(n) => {
+                            Counters::add(self.bytes, n as u64);
+                            corked = flags.contains(SpliceFFlags::SPLICE_F_MORE);
+                            self.activity.touch();
+                        }
                         Err(e) if would_block(&e) => {
                             // Backpressure: wait for the destination only;
                             // the source is not read meanwhile.
@@ -444,6 +587,7 @@ impl<'a> Direction<'a> {
                 Ok(n) => {
                     start += n;
                     Counters::add(self.bytes, n as u64);
+                    self.activity.touch();
                 }
                 Err(e) if would_block(&e) => {
                     self.dst.writable().await?;
