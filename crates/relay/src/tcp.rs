@@ -69,6 +69,12 @@ pub struct TcpRelayConfig {
     /// caller whose sockets have it already (accepted from a listener that
     /// has it, made with it) saves two syscalls per connection with false.
     pub set_nodelay: bool,
+    /// Close a connection with no byte either way for this long (None:
+    /// never).
+    pub idle_timeout: Option<std::time::Duration>,
+    /// TCP keepalive on both sockets, probing after this much silence
+    /// (None: off).
+    pub keepalive: Option<std::time::Duration>,
 }
 
 /// How long a direction in bulk mode waits for `bulk_lowat` bytes before it
@@ -85,6 +91,8 @@ impl Default for TcpRelayConfig {
             force_copy: false,
             bulk_lowat: DEFAULT_BULK_LOWAT,
             set_nodelay: true,
+            idle_timeout: None,
+            keepalive: None,
         }
     }
 }
