@@ -255,7 +255,14 @@ impl DLab {
             .logs
             .path()
             .join(format!("edgelinkd-{}.log", self.starts));
-        let mut flags: Vec<&str> = BASE_FLAGS.to_vec();
+        // A base flag the test sets itself is left out (clap refuses a
+        // flag given twice).
+        let mut flags: Vec<&str> = BASE_FLAGS
+            .chunks(2)
+            .filter(|f| !self.flags.iter().any(|t| t == f[0]))
+            .flatten()
+            .copied()
+            .collect();
         flags.extend(self.flags.iter().map(String::as_str));
         self.daemon = Some(Edgelinkd::start_with_nofile(
             &self.lab.node,

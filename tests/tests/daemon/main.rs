@@ -9,8 +9,10 @@ mod lab;
 
 mod cli;
 mod lifecycle;
+mod limits;
 mod pods;
 mod records;
+mod restarts;
 mod security;
 mod tcp;
 mod udp;
