@@ -2,7 +2,8 @@
 //! listener to record each connection's ingress interface, and reading it
 //! back from an accepted connection (Linux `IP_PKTOPTIONS` /
 //! `IPV6_2292PKTOPTIONS`: the kernel keeps the interface a connection's SYN
-//! came in on).
+//! came in on). Also SO_LINGER 0 on a socket known only by its descriptor
+//! (a relay that owns it is being dropped).
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -108,31 +109,6 @@ fn parse_pktinfo(mut b: &[u8], v6: bool) -> Option<u32> {
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::{TcpListener, TcpStream};
-
-    #[test]
-    fn loopback_connections_report_lo() {
-        let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        enable_pktinfo(&l, false).unwrap();
-        l.bind(
-            &"127.0.0.1:0"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
-        .unwrap();
-        l.listen(8).unwrap();
-        let l: TcpListener = l.into();
-        let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (a, _) = l.accept().unwrap();
-        let lo = nix::net::if_::if_nametoindex("lo").unwrap();
-        assert_eq!(ingress_ifindex(&a, false), Some(lo));
-    }
-}
-
 /// SO_LINGER {on, 0} on `fd`: its close(2) then sends a reset and drops
 /// what is still queued, so the peer cannot take a cut stream for a whole
 /// one. The caller must know `fd` is open and still the socket it means.
@@ -156,5 +132,30 @@ pub fn linger_zero(fd: RawFd) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn loopback_connections_report_lo() {
+        let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        enable_pktinfo(&l, false).unwrap();
+        l.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        l.listen(8).unwrap();
+        let l: TcpListener = l.into();
+        let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        let lo = nix::net::if_::if_nametoindex("lo").unwrap();
+        assert_eq!(ingress_ifindex(&a, false), Some(lo));
     }
 }

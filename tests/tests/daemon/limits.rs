@@ -223,16 +223,16 @@ fn at_the_fd_limit_the_control_socket_and_the_status_server_still_answer_without
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let share = ticks as f64 / hz / start.elapsed().as_secs_f64();
+    assert!(
+        share < 0.5,
+        "the daemon burnt {:.0}% of a core at the fd limit",
+        share * 100.0
+    );
     let mut answer = String::new();
     let read = c.read_to_string(&mut answer);
     assert!(
         read.is_ok() && answer.contains("\"found\":true"),
         "no answer to check at the fd limit: {read:?} {answer:?}"
-    );
-    assert!(
-        share < 0.5,
-        "the daemon burnt {:.0}% of a core at the fd limit",
-        share * 100.0
     );
     // `reap` needs descriptors of its own (the pod's netns, a netlink
     // socket): an index that does not exist is looked up and refused.
