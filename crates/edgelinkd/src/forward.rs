@@ -372,28 +372,45 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, _slot: Slot) {
         keepalive: (!args.tcp_keepalive.is_zero()).then_some(args.tcp_keepalive),
         ..Default::default()
     };
+    let close = ctx.close.clone();
+    match relay(client, upstream, &ctx.shared.pipes, c, &cfg, close).await {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            Counters::inc(&c.errors);
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+        None => tracing::debug!("attachment stopped: connection reset"),
+    }
+}
+
+/// Relay `client` and `upstream` until both directions end (`Some`, with
+/// the relay's result), or until `close` is set (`None`): the attachment is
+/// gone (DEL, netns gone, record changed) or the grace period of a SIGTERM
+/// is over, and its connections end with it, so that nothing keeps the
+/// pod's namespace alive. Ended that way, or dropped (the task aborted),
+/// both sockets are reset: bytes in flight are lost.
+async fn relay(
+    client: tokio::net::TcpStream,
+    upstream: tokio::net::TcpStream,
+    pipes: &PipePool,
+    counters: &Counters,
+    cfg: &TcpRelayConfig,
+    mut close: watch::Receiver<bool>,
+) -> Option<std::io::Result<()>> {
     let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
-    let relay = edgelink_relay::splice_duplex(client, upstream, &ctx.shared.pipes, c, &cfg);
+    let relay = edgelink_relay::splice_duplex(client, upstream, pipes, counters, cfg);
     tokio::pin!(relay);
     // Declared after `relay`: dropped before it, while its sockets are
-    // still open (also when this task is aborted).
+    // still open (also when this future is dropped unfinished).
     let mut reset = ResetUnlessDone { fds, armed: true };
-    let mut close = ctx.close.clone();
     tokio::select! {
         r = &mut relay => {
             // Ended by itself: its sockets are closed (reset already on an
             // error); the descriptors must not be touched again.
             reset.disarm();
-            if let Err(e) = r {
-                Counters::inc(&c.errors);
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
+            Some(r)
         }
-        // The attachment is gone (DEL, netns gone, record changed) or the
-        // grace period of a SIGTERM is over: its connections end with it,
-        // so that nothing keeps the pod's namespace alive, and with a reset
-        // (`reset` above), since bytes in flight are lost.
-        _ = close.wait_for(|c| *c) => tracing::debug!("attachment stopped: connection reset"),
+        _ = close.wait_for(|c| *c) => None,
     }
 }
 
@@ -432,5 +449,109 @@ async fn probe_loop(mut ctx: Ctx) {
             _ = tokio::time::sleep(every) => {}
             _ = ctx.stop.wait_for(|s| *s) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A connected pair over loopback: (the relay's end, the peer's end).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (ours, _) = l.accept().await.unwrap();
+        (ours, peer)
+    }
+
+    /// How a read on `s` ends: `Ok(bytes)` at end of file, or the error.
+    async fn read_end(s: &mut TcpStream) -> std::io::Result<usize> {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+                Ok(Ok(0)) => return Ok(n),
+                Ok(Ok(k)) => n += k,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => panic!("no end within 10 s"),
+            }
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_relay_aborted_or_closed_resets_both_peers() {
+        runtime().block_on(async {
+            let pipes = PipePool::new(1 << 16, 4);
+            let cfg = TcpRelayConfig::default();
+            for abort in [true, false] {
+                let (client, mut client_peer) = pair().await;
+                let (upstream, mut upstream_peer) = pair().await;
+                let (close_tx, close) = watch::channel(false);
+                let p = pipes.clone();
+                let c = cfg.clone();
+                let task = tokio::spawn(async move {
+                    let counters = Counters::default();
+                    relay(client, upstream, &p, &counters, &c, close).await
+                });
+                // Bytes in flight, and proof that the relay runs.
+                upstream_peer.write_all(b"partial").await.unwrap();
+                let mut got = [0u8; 7];
+                client_peer.read_exact(&mut got).await.unwrap();
+                if abort {
+                    task.abort();
+                    assert!(task.await.unwrap_err().is_cancelled());
+                } else {
+                    close_tx.send(true).unwrap();
+                    assert!(task.await.unwrap().is_none());
+                }
+                for peer in [&mut client_peer, &mut upstream_peer] {
+                    let end = read_end(peer).await;
+                    assert_eq!(
+                        end.as_ref().map_err(std::io::Error::kind).err(),
+                        Some(std::io::ErrorKind::ConnectionReset),
+                        "abort={abort}: {end:?}"
+                    );
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_relay_that_ends_by_itself_ends_cleanly() {
+        runtime().block_on(async {
+            let pipes = PipePool::new(1 << 16, 4);
+            let (client, mut client_peer) = pair().await;
+            let (upstream, mut upstream_peer) = pair().await;
+            let (_close_tx, close) = watch::channel(false);
+            let p = pipes.clone();
+            let task = tokio::spawn(async move {
+                let counters = Counters::default();
+                relay(
+                    client,
+                    upstream,
+                    &p,
+                    &counters,
+                    &TcpRelayConfig::default(),
+                    close,
+                )
+                .await
+            });
+            upstream_peer.write_all(b"whole").await.unwrap();
+            upstream_peer.shutdown().await.unwrap();
+            assert_eq!(read_end(&mut client_peer).await.unwrap(), 5);
+            client_peer.shutdown().await.unwrap();
+            assert_eq!(read_end(&mut upstream_peer).await.unwrap(), 0);
+            assert!(matches!(task.await.unwrap(), Some(Ok(()))));
+        });
     }
 }
