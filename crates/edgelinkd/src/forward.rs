@@ -214,6 +214,7 @@ impl Ctx {
 
 async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
     let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+    let mut warned: Option<std::time::Instant> = None;
     loop {
         let fds = &ctx.shared.fds;
         if !fds.whole() {
@@ -235,9 +236,15 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
         let (client, peer) = match accepted {
             Ok(c) => c,
             Err(e) => {
-                // EMFILE and friends: note it, breathe, go on.
+                // EMFILE and friends: note it, breathe, go on. At the fd
+                // limit this repeats every 50 ms: one warning a minute.
                 ctx.forward.error(format!("accept: {e}"));
-                tracing::warn!(error = %e, "accept failed");
+                if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    warned = Some(std::time::Instant::now());
+                    tracing::warn!(error = %e, "accept failed (repeats logged at debug for a minute)");
+                } else {
+                    tracing::debug!(error = %e, "accept failed");
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
                     _ = ctx.stop.wait_for(|s| *s) => break,
