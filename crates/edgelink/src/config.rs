@@ -17,6 +17,10 @@ use std::path::PathBuf;
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/edgelink";
 pub const DEFAULT_BRIDGE: &str = "edge0";
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5000;
+/// `forwards[].idleTimeoutMs` at most: a week.
+pub const MAX_IDLE_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
+/// `forwards[].maxConnections` at most.
+pub const MAX_CONNECTIONS: u64 = 1_000_000;
 
 #[derive(Debug, Clone)]
 pub struct BridgeConf {
@@ -289,12 +293,51 @@ fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, PluginError> {
                 )
             })?
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
+        // The relay's bounds (TCP only): 0 means never; below a second a
+        // quiet but healthy session would be cut between two requests.
+        let tcp_only = |k: &str| -> Result<(), PluginError> {
+            match fo.get(k) {
+                Some(v) if !v.is_null() && protocol != Protocol::Tcp => Err(bad(
+                    &at(k),
+                    v,
+                    &format!("(forward {name:?}) is only valid with protocol tcp"),
+                )),
+                _ => Ok(()),
+            }
+        };
+        tcp_only("idleTimeoutMs")?;
+        tcp_only("maxConnections")?;
+        let idle_timeout_ms = match get_uint(fo, "idleTimeoutMs", 0, MAX_IDLE_TIMEOUT_MS) {
+            Ok(Some(ms)) if ms > 0 && ms < 1000 => Err(()),
+            Ok(v) => Ok(v),
+            Err(_) => Err(()),
+        }
+        .map_err(|_| {
+            bad(
+                &at("idleTimeoutMs"),
+                fo.get("idleTimeoutMs").unwrap_or(&Value::Null),
+                &format!(
+                    "(forward {name:?}) is not 0 (never) or an integer in 1000..={MAX_IDLE_TIMEOUT_MS}"
+                ),
+            )
+        })?;
+        let max_connections = get_uint(fo, "maxConnections", 1, MAX_CONNECTIONS)
+            .map_err(|_| {
+                bad(
+                    &at("maxConnections"),
+                    fo.get("maxConnections").unwrap_or(&Value::Null),
+                    &format!("(forward {name:?}) is not an integer in 1..={MAX_CONNECTIONS}"),
+                )
+            })?
+            .map(|n| n as u32);
         out.push(Forward {
             name,
             protocol,
             port,
             target,
             connect_timeout_ms,
+            idle_timeout_ms,
+            max_connections,
         });
     }
     Ok(out)
@@ -751,6 +794,54 @@ mod tests {
         );
         for bad in ["172.17.16.5/garbage", "172.17.16.5/33", "nope", ""] {
             assert!(parse_requested_ip("ips", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn forward_bounds_are_validated_and_name_the_forward() {
+        let mut v = base();
+        v["forwards"][0]["idleTimeoutMs"] = json!(0);
+        v["forwards"][0]["maxConnections"] = json!(3);
+        let c = parse(&v, "").unwrap();
+        assert_eq!(c.forwards[0].idle_timeout_ms, Some(0));
+        assert_eq!(c.forwards[0].max_connections, Some(3));
+        // Absent: the daemon's defaults.
+        assert_eq!(c.forwards[1].idle_timeout_ms, None);
+        assert_eq!(c.forwards[1].max_connections, None);
+        let mut v = base();
+        v["forwards"][0]["idleTimeoutMs"] = json!(MAX_IDLE_TIMEOUT_MS);
+        v["forwards"][0]["maxConnections"] = json!(MAX_CONNECTIONS);
+        assert!(parse(&v, "").is_ok());
+
+        for (key, value) in [
+            ("idleTimeoutMs", json!(999)),
+            ("idleTimeoutMs", json!(-1)),
+            ("idleTimeoutMs", json!(MAX_IDLE_TIMEOUT_MS + 1)),
+            ("idleTimeoutMs", json!("60000")),
+            ("idleTimeoutMs", json!(1.5)),
+            ("maxConnections", json!(0)),
+            ("maxConnections", json!(MAX_CONNECTIONS + 1)),
+            ("maxConnections", json!(true)),
+        ] {
+            let mut v = base();
+            v["forwards"][0][key] = value.clone();
+            let e = err(&v);
+            assert_eq!(e.code, 7, "{key}={value}: {e}");
+            assert!(
+                e.msg.contains(&format!("forwards[0].{key}")) && e.msg.contains("\"api\""),
+                "{key}={value}: {e}"
+            );
+        }
+        // UDP has sessions, not connections: the keys are refused there.
+        for key in ["idleTimeoutMs", "maxConnections"] {
+            let mut v = base();
+            v["forwards"][1][key] = json!(5000);
+            let e = err(&v);
+            assert_eq!(e.code, 7);
+            assert!(
+                e.msg.contains(&format!("forwards[1].{key}")) && e.msg.contains("telemetry"),
+                "{e}"
+            );
         }
     }
 }

@@ -49,6 +49,30 @@ fn period(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `--tcp-idle-timeout`: 0 (never) or at least a second, at most a week
+/// (as `forwards[].idleTimeoutMs` in the plugin's config).
+fn idle_timeout(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if v != 0.0 && !(1.0..=604_800.0).contains(&v) {
+        return Err(format!("{s} is not 0 (never) or in 1..=604800 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// `--tcp-keepalive`: 0 (off) or whole seconds the kernel accepts as
+/// TCP_KEEPIDLE (1..=32767).
+fn keepalive(s: &str) -> Result<Duration, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number of seconds"))?;
+    if v > 32767 {
+        return Err(format!("{v} is not 0 (off) or in 1..=32767 seconds"));
+    }
+    Ok(Duration::from_secs(v))
+}
+
 fn absolute(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
     if p.is_absolute() {
@@ -137,6 +161,18 @@ pub struct RunArgs {
     /// address without a record (seconds).
     #[arg(long, default_value = "120", value_parser = secs)]
     pub ipam_gc_grace: Duration,
+    /// TCP connections with no byte either way for this long are closed,
+    /// unless their forward sets `idleTimeoutMs` (seconds, 0: never).
+    #[arg(long, default_value = "3600", value_parser = idle_timeout)]
+    pub tcp_idle_timeout: Duration,
+    /// TCP keepalive on both sockets of each relayed connection: first
+    /// probe after this much silence (whole seconds, 0: off).
+    #[arg(long, default_value = "60", value_parser = keepalive)]
+    pub tcp_keepalive: Duration,
+    /// TCP connections relayed at once over all forwards; beyond it new
+    /// ones are reset as soon as accepted (0: no cap).
+    #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
+    pub max_connections: u32,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -4,6 +4,7 @@
 //! `edgelink_attachment::control`.
 
 use crate::daemon::Daemon;
+use crate::fds::{self, Lease};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -20,11 +21,19 @@ pub fn bind(d: &Daemon) -> anyhow::Result<UnixListener> {
 
 pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
     loop {
-        let Ok((stream, _)) = l.accept().await else {
-            continue;
+        let (stream, lease) = match l.accept().await {
+            Ok((s, _)) => (s, None),
+            Err(e) => match accept_at_limit(&l, &d, e).await {
+                Some(accepted) => accepted,
+                None => continue,
+            },
         };
         let d = d.clone();
         tokio::spawn(async move {
+            // The reserve (if this request needed it) is taken back once
+            // the request is answered: `reap` opens a netns and a netlink
+            // socket.
+            let _lease = lease;
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
             let read = tokio::time::timeout(
@@ -61,6 +70,32 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
             let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
         });
     }
+}
+
+/// After a failed accept: at the open-file limit, accept with the fds kept
+/// for this socket ([`crate::fds`]); else (or when they are lent out
+/// already) back off a little rather than spin, as the forwards do.
+async fn accept_at_limit(
+    l: &UnixListener,
+    d: &Daemon,
+    e: std::io::Error,
+) -> Option<(tokio::net::UnixStream, Option<Lease>)> {
+    if fds::exhausted(&e) {
+        if let Some(lease) = d.shared.fds.lease() {
+            // accept(2) takes the descriptor before it looks at the queue:
+            // EMFILE does not mean a connection waits. Never hold the
+            // reserve while waiting for one.
+            match fds::accept_now(l.accept()).await {
+                Some(Ok((s, _))) => return Some((s, Some(lease))),
+                Some(Err(e)) => tracing::warn!(error = %e, "control socket: accept failed"),
+                None => {}
+            }
+        }
+    } else {
+        tracing::warn!(error = %e, "control socket: accept failed");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    None
 }
 
 /// `reap <ifindex> <name> <netns path>`: delete a link the plugin's DEL

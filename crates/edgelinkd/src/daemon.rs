@@ -6,9 +6,10 @@
 
 use crate::config::RunArgs;
 use crate::factory::Factory;
-use crate::forward;
+use crate::fds::{FdReserve, FD_RESERVE};
+use crate::forward::{self, PrivateSide, Shared};
 use crate::model::{now, AttachmentStatus, ForwardRuntime, MalformedRecord, Status};
-use edgelink_attachment::{Record, RecordStore};
+use edgelink_attachment::{Record, RecordError, RecordStore};
 use edgelink_netns::{Netns, NetnsError};
 use edgelink_relay::PipePool;
 use std::collections::{HashMap, HashSet};
@@ -31,7 +32,11 @@ pub struct Attachment {
     /// Ends the relayed connections too (the attachment is gone; SIGTERM
     /// only stops accepting).
     close: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    /// The tasks of each forward (listeners, probes), as `forwards`.
+    tasks: Vec<Vec<JoinHandle<()>>>,
+    /// How its sockets are made: kept to retry a forward whose listener
+    /// failed. `None` when the netns could not be entered (`error`).
+    sockets: Option<(Arc<Factory>, PrivateSide)>,
 }
 
 impl Attachment {
@@ -40,16 +45,44 @@ impl Attachment {
     async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.close.send(true);
-        for t in &self.tasks {
+        for t in self.tasks.iter().flatten() {
             t.abort();
         }
-        for t in self.tasks {
+        for t in self.tasks.into_iter().flatten() {
             let _ = t.await;
         }
     }
 
-    fn has_failed_listener(&self) -> bool {
-        self.error.is_some() || self.forwards.iter().any(|f| f.lock().listener == "failed")
+    /// The forwards whose listener failed (port taken, netns not ready):
+    /// each is retried on every pass, alone, so that the connections and
+    /// sessions of the others go on.
+    fn failed_forwards(&self) -> Vec<usize> {
+        if self.sockets.is_none() {
+            return Vec::new();
+        }
+        (0..self.forwards.len())
+            .filter(|&i| self.forwards[i].lock().listener == "failed")
+            .collect()
+    }
+
+    /// What forward `i` needs to start again, with the tasks of its last
+    /// start (to end first).
+    fn restart_of(
+        &mut self,
+        i: usize,
+        shared: &Arc<Shared>,
+    ) -> Option<(forward::Ctx, Vec<JoinHandle<()>>)> {
+        let (factory, private) = self.sockets.as_ref()?;
+        let ctx = forward::Ctx {
+            shared: shared.clone(),
+            factory: factory.clone(),
+            forward: self.forwards.get(i)?.clone(),
+            allowed: self.record.allowed_targets.clone(),
+            private: private.clone(),
+            stop: self.stop.subscribe(),
+            close: self.close.subscribe(),
+        };
+        Some((ctx, std::mem::take(&mut self.tasks[i])))
     }
 
     fn status(&self) -> AttachmentStatus {
@@ -79,6 +112,8 @@ pub struct Daemon {
     pub node: String,
     pub started_at: u64,
     pub pipes: Arc<PipePool>,
+    /// What every forward gets (settings, pipes, fd reserve, caps).
+    pub shared: Arc<Shared>,
     attachments: Mutex<HashMap<Key, Attachment>>,
     malformed: Mutex<Vec<MalformedRecord>>,
     pub last_reconcile: AtomicU64,
@@ -97,11 +132,18 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(args: RunArgs, node: String) -> Arc<Daemon> {
         let pipes = PipePool::new(args.pipe_size, 256);
+        let shared = Arc::new(Shared {
+            args: args.clone(),
+            pipes: pipes.clone(),
+            fds: FdReserve::new(FD_RESERVE),
+            connections: AtomicU64::new(0),
+        });
         Arc::new(Daemon {
             args,
             node,
             started_at: now(),
             pipes,
+            shared,
             attachments: Mutex::new(HashMap::new()),
             malformed: Mutex::new(Vec::new()),
             last_reconcile: AtomicU64::new(0),
@@ -190,6 +232,14 @@ impl Daemon {
         self.changed();
     }
 
+    /// End every relayed connection, with a reset (the grace period of a
+    /// SIGTERM is over: what is still in flight is lost).
+    pub fn close_connections(&self) {
+        for a in self.map().values() {
+            let _ = a.close.send(true);
+        }
+    }
+
     /// One pass: make the served set equal to the records on disk.
     pub async fn reconcile(self: &Arc<Self>) {
         let _pass = self.pass.lock().await;
@@ -203,12 +253,19 @@ impl Daemon {
         };
         let mut records: HashMap<Key, Record> = HashMap::new();
         let mut malformed = Vec::new();
+        // A record that exists but could not be read (EMFILE at the fd
+        // limit, EIO) says nothing about its attachment: nothing is stopped
+        // in a pass that met one.
+        let mut unreadable = false;
         for (path, r) in listed {
             match r {
                 Ok(rec) => {
                     records.insert((rec.container_id.clone(), rec.ifname.clone()), rec);
                 }
                 Err(e) => {
+                    if let RecordError::Io { source, .. } = &e {
+                        unreadable |= source.kind() != std::io::ErrorKind::NotFound;
+                    }
                     tracing::warn!(path = %path.display(), error = %e, "skipping a malformed attachment record");
                     malformed.push(MalformedRecord {
                         path: path.display().to_string(),
@@ -228,9 +285,13 @@ impl Daemon {
         let stale: Vec<Key> = self
             .map()
             .iter()
-            // A listener that failed (port taken, netns not ready) is
-            // retried on every pass: the attachment is started afresh.
-            .filter(|(k, a)| records.get(*k) != Some(&a.record) || a.has_failed_listener())
+            // An attachment whose netns could not be entered is started
+            // afresh on every pass (a forward that failed alone is retried
+            // alone, below).
+            .filter(|(k, a)| match records.get(*k) {
+                Some(rec) => *rec != a.record || a.error.is_some(),
+                None => !unreadable,
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for k in stale {
@@ -250,6 +311,9 @@ impl Daemon {
                     let id = ns.id().ok();
                     if let Some(old) = running {
                         if id == Some(old) {
+                            if !self.draining.load(Ordering::Relaxed) {
+                                changed |= self.retry_failed(&k).await;
+                            }
                             continue;
                         }
                         // Same path, another namespace: the old one is gone.
@@ -374,6 +438,38 @@ impl Daemon {
         }
     }
 
+    /// Start again, each alone, the forwards of attachment `k` whose
+    /// listener failed; returns whether one came up.
+    async fn retry_failed(&self, k: &Key) -> bool {
+        let mut up = false;
+        let failed = self.map().get(k).map(Attachment::failed_forwards);
+        for i in failed.unwrap_or_default() {
+            let restart = self
+                .map()
+                .get_mut(k)
+                .and_then(|a| a.restart_of(i, &self.shared));
+            let Some((ctx, old)) = restart else { continue };
+            // Its listener that did come up (IPv4 of a dual-stack pair)
+            // binds again too; its relayed connections are tasks of their
+            // own and go on.
+            for t in &old {
+                t.abort();
+            }
+            for t in old {
+                let _ = t.await;
+            }
+            let f = ctx.forward.clone();
+            tracing::debug!(container = %k.0, forward = %f.spec.name, "retrying a failed listener");
+            let tasks = forward::start(ctx).await;
+            up |= f.lock().listener == "listening";
+            match self.map().get_mut(k) {
+                Some(a) => a.tasks[i] = tasks,
+                None => tasks.iter().for_each(JoinHandle::abort),
+            }
+        }
+        up
+    }
+
     async fn start(self: &Arc<Self>, rec: Record, ns: Netns) -> Attachment {
         let netns_id = ns.id().unwrap_or_default();
         let (stop, _) = watch::channel(false);
@@ -382,16 +478,17 @@ impl Daemon {
             .forwards
             .iter()
             .cloned()
-            .map(|f| Arc::new(ForwardRuntime::new(f)))
+            .map(|f| Arc::new(ForwardRuntime::new(f, self.args.tcp_idle_timeout)))
             .collect();
         let mut a = Attachment {
             record: rec,
             netns_id,
+            tasks: forwards.iter().map(|_| Vec::new()).collect(),
             forwards,
             error: None,
             stop,
             close,
-            tasks: Vec::new(),
+            sockets: None,
         };
         if a.forwards.is_empty() {
             return a;
@@ -404,21 +501,15 @@ impl Daemon {
                 return a;
             }
         };
-        let private = forward::PrivateSide::new(
+        let private = PrivateSide::new(
             &a.record,
             factory.ifindex(&a.record.interface.name).await.ok(),
         );
-        for f in &a.forwards {
-            let ctx = forward::Ctx {
-                daemon: self.clone(),
-                factory: factory.clone(),
-                forward: f.clone(),
-                allowed: a.record.allowed_targets.clone(),
-                private: private.clone(),
-                stop: a.stop.subscribe(),
-                close: a.close.subscribe(),
-            };
-            a.tasks.extend(forward::start(ctx).await);
+        a.sockets = Some((factory, private));
+        for i in 0..a.forwards.len() {
+            if let Some((ctx, _)) = a.restart_of(i, &self.shared) {
+                a.tasks[i] = forward::start(ctx).await;
+            }
         }
         tracing::info!(container = %a.record.container_id, ifname = %a.record.ifname,
             pod = ?a.record.pod_name, forwards = a.forwards.len(), "serving attachment");

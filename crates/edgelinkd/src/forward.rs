@@ -1,14 +1,18 @@
 //! Serving one forward: its listener(s) inside the pod's namespace, the
-//! accept loop, the connect towards the device, and the relay.
+//! accept loop, the connection caps, the connect towards the device, and
+//! the relay. What it needs of the daemon comes in [`Shared`].
 
-use crate::daemon::Daemon;
+use crate::config::RunArgs;
 use crate::factory::Factory;
+use crate::fds::FdReserve;
 use crate::model::ForwardRuntime;
 use crate::sockopt;
 use edgelink_attachment::{Protocol, Record};
-use edgelink_relay::{Counters, TcpRelayConfig, UdpConfig};
+use edgelink_relay::{Counters, PipePool, TcpRelayConfig, UdpConfig};
 use ipnetwork::IpNetwork;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -62,8 +66,18 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// What the forwards of every attachment share.
+pub struct Shared {
+    pub args: RunArgs,
+    pub pipes: Arc<PipePool>,
+    /// Descriptors kept back for the control socket and the status server.
+    pub fds: Arc<FdReserve>,
+    /// TCP connections relayed now, over all forwards (`--max-connections`).
+    pub connections: AtomicU64,
+}
+
 pub struct Ctx {
-    pub daemon: Arc<Daemon>,
+    pub shared: Arc<Shared>,
     pub factory: Arc<Factory>,
     pub forward: Arc<ForwardRuntime>,
     pub allowed: Vec<IpNetwork>,
@@ -131,9 +145,9 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
             }
             Protocol::Udp => {
                 let cfg = UdpConfig {
-                    idle_timeout: ctx.daemon.args.udp_idle_timeout,
-                    max_sessions: ctx.daemon.args.udp_max_sessions as usize,
-                    gso: ctx.daemon.args.udp_gso,
+                    idle_timeout: ctx.shared.args.udp_idle_timeout,
+                    max_sessions: ctx.shared.args.udp_max_sessions as usize,
+                    gso: ctx.shared.args.udp_gso,
                     ..Default::default()
                 };
                 let private = ctx.private.clone();
@@ -175,7 +189,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     }
     if !required_failed && !tasks.is_empty() {
         f.set_listener("listening");
-        if spec.protocol == Protocol::Tcp && !ctx.daemon.args.probe_interval.is_zero() {
+        if spec.protocol == Protocol::Tcp && !ctx.shared.args.probe_interval.is_zero() {
             tasks.push(tokio::spawn(probe_loop(ctx.clone_for())));
         }
     } else {
@@ -187,7 +201,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
 impl Ctx {
     fn clone_for(&self) -> Ctx {
         Ctx {
-            daemon: self.daemon.clone(),
+            shared: self.shared.clone(),
             factory: self.factory.clone(),
             forward: self.forward.clone(),
             allowed: self.allowed.clone(),
@@ -200,7 +214,21 @@ impl Ctx {
 
 async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
     let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+    let mut warned: Option<std::time::Instant> = None;
     loop {
+        let fds = &ctx.shared.fds;
+        if !fds.whole() {
+            fds.refill();
+        }
+        if fds.paused() {
+            // The descriptors kept for the control socket and the status
+            // server are lent out or not back yet: leave what is free to
+            // them, accept nothing for now.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                _ = ctx.stop.wait_for(|s| *s) => break,
+            }
+        }
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = ctx.stop.wait_for(|s| *s) => break,
@@ -208,11 +236,19 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
         let (client, peer) = match accepted {
             Ok(c) => c,
             Err(e) => {
-                // EMFILE and friends: note it, breathe, go on.
+                // EMFILE and friends: note it, breathe, go on. At the fd
+                // limit this repeats every 50 ms: one warning a minute.
                 ctx.forward.error(format!("accept: {e}"));
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+                if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    warned = Some(std::time::Instant::now());
+                    tracing::warn!(error = %e, "accept failed (repeats logged at debug for a minute)");
+                } else {
+                    tracing::debug!(error = %e, "accept failed");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                    _ = ctx.stop.wait_for(|s| *s) => break,
+                }
             }
         };
         let ingress = sockopt::ingress_ifindex(&client, v6);
@@ -222,9 +258,15 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
             let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
             continue;
         }
+        let Some(slot) = Slot::take(&ctx) else {
+            Counters::inc(&ctx.forward.rejected);
+            tracing::debug!(%peer, "connection cap reached: reset");
+            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+            continue;
+        };
         let c = ctx.clone_for();
         tokio::spawn(
-            async move { connection(client, c).await }
+            async move { connection(client, c, slot).await }
                 .instrument(tracing::debug_span!("conn", %peer)),
         );
     }
@@ -232,20 +274,84 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
     ctx.forward.set_listener("stopped");
 }
 
-/// Decrements the active gauge however the connection ends.
-struct Active<'a>(&'a Counters);
-impl Drop for Active<'_> {
-    fn drop(&mut self) {
-        Counters::dec(&self.0.active);
+/// A connection's place under the caps: counted in its forward's active
+/// gauge and in the daemon's total until dropped, however the connection
+/// ends.
+struct Slot {
+    forward: Arc<ForwardRuntime>,
+    shared: Arc<Shared>,
+}
+
+impl Slot {
+    /// A place for one more connection, or `None` when the forward's
+    /// `maxConnections` or the daemon's `--max-connections` is reached.
+    fn take(ctx: &Ctx) -> Option<Slot> {
+        let active = &ctx.forward.counters.active;
+        let before = active.fetch_add(1, Ordering::AcqRel);
+        if ctx
+            .forward
+            .spec
+            .max_connections
+            .is_some_and(|max| before >= u64::from(max))
+        {
+            active.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let max = u64::from(ctx.shared.args.max_connections);
+        let total = ctx.shared.connections.fetch_add(1, Ordering::AcqRel);
+        if max > 0 && total >= max {
+            ctx.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            active.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot {
+            forward: ctx.forward.clone(),
+            shared: ctx.shared.clone(),
+        })
     }
 }
 
-async fn connection(client: tokio::net::TcpStream, ctx: Ctx) {
+impl Drop for Slot {
+    fn drop(&mut self) {
+        Counters::dec(&self.forward.counters.active);
+        self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Resets both sockets of a relay that is dropped before it ended by
+/// itself (its attachment stopped, the grace period of a SIGTERM ran out,
+/// the task was aborted): the bytes still in its pipes are lost, and a
+/// close(2) with a FIN would tell both peers the stream was whole.
+///
+/// Holds the raw descriptors, not the sockets (the relay owns those), so it
+/// must be dropped before the relay and disarmed as soon as the relay ends
+/// by itself (its sockets are closed then, and the numbers may be reused).
+struct ResetUnlessDone {
+    fds: [RawFd; 2],
+    armed: bool,
+}
+
+impl ResetUnlessDone {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ResetUnlessDone {
+    fn drop(&mut self) {
+        if self.armed {
+            for fd in self.fds {
+                // Fails only on a socket that is unusable anyway.
+                let _ = sockopt::linger_zero(fd);
+            }
+        }
+    }
+}
+
+async fn connection(client: tokio::net::TcpStream, ctx: Ctx, _slot: Slot) {
     let f = &ctx.forward;
     let c = &f.counters;
     Counters::inc(&c.total);
-    Counters::inc(&c.active);
-    let _active = Active(c);
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
     let target = f.spec.target;
@@ -264,24 +370,54 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx) {
             return;
         }
     };
+    let args = &ctx.shared.args;
     let cfg = TcpRelayConfig {
-        pipe_size: ctx.daemon.args.pipe_size,
-        bulk_lowat: ctx.daemon.args.bulk_lowat,
+        pipe_size: args.pipe_size,
+        bulk_lowat: args.bulk_lowat,
         set_nodelay: false,
+        idle_timeout: f.idle_timeout,
+        keepalive: (!args.tcp_keepalive.is_zero()).then_some(args.tcp_keepalive),
         ..Default::default()
     };
-    let mut close = ctx.close.clone();
-    tokio::select! {
-        r = edgelink_relay::splice_duplex(client, upstream, &ctx.daemon.pipes, c, &cfg) => {
-            if let Err(e) = r {
-                Counters::inc(&c.errors);
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
+    let close = ctx.close.clone();
+    match relay(client, upstream, &ctx.shared.pipes, c, &cfg, close).await {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            Counters::inc(&c.errors);
+            tracing::debug!(error = %e, "connection ended with an error");
         }
-        // The attachment is gone (DEL, netns gone, record changed): its
-        // connections end with it, so that nothing keeps the pod's
-        // namespace alive.
-        _ = close.wait_for(|c| *c) => tracing::debug!("attachment stopped: connection closed"),
+        None => tracing::debug!("attachment stopped: connection reset"),
+    }
+}
+
+/// Relay `client` and `upstream` until both directions end (`Some`, with
+/// the relay's result), or until `close` is set (`None`): the attachment is
+/// gone (DEL, netns gone, record changed) or the grace period of a SIGTERM
+/// is over, and its connections end with it, so that nothing keeps the
+/// pod's namespace alive. Ended that way, or dropped (the task aborted),
+/// both sockets are reset: bytes in flight are lost.
+async fn relay(
+    client: tokio::net::TcpStream,
+    upstream: tokio::net::TcpStream,
+    pipes: &PipePool,
+    counters: &Counters,
+    cfg: &TcpRelayConfig,
+    mut close: watch::Receiver<bool>,
+) -> Option<std::io::Result<()>> {
+    let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
+    let relay = edgelink_relay::splice_duplex(client, upstream, pipes, counters, cfg);
+    tokio::pin!(relay);
+    // Declared after `relay`: dropped before it, while its sockets are
+    // still open (also when this future is dropped unfinished).
+    let mut reset = ResetUnlessDone { fds, armed: true };
+    tokio::select! {
+        r = &mut relay => {
+            // Ended by itself: its sockets are closed (reset already on an
+            // error); the descriptors must not be touched again.
+            reset.disarm();
+            Some(r)
+        }
+        _ = close.wait_for(|c| *c) => None,
     }
 }
 
@@ -301,7 +437,7 @@ async fn connect(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::T
 
 /// Keep `reachability` fresh for forwards nobody uses right now.
 async fn probe_loop(mut ctx: Ctx) {
-    let every = ctx.daemon.args.probe_interval;
+    let every = ctx.shared.args.probe_interval;
     loop {
         let recent = {
             let s = ctx.forward.lock();
@@ -320,5 +456,109 @@ async fn probe_loop(mut ctx: Ctx) {
             _ = tokio::time::sleep(every) => {}
             _ = ctx.stop.wait_for(|s| *s) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A connected pair over loopback: (the relay's end, the peer's end).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (ours, _) = l.accept().await.unwrap();
+        (ours, peer)
+    }
+
+    /// How a read on `s` ends: `Ok(bytes)` at end of file, or the error.
+    async fn read_end(s: &mut TcpStream) -> std::io::Result<usize> {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+                Ok(Ok(0)) => return Ok(n),
+                Ok(Ok(k)) => n += k,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => panic!("no end within 10 s"),
+            }
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_relay_aborted_or_closed_resets_both_peers() {
+        runtime().block_on(async {
+            let pipes = PipePool::new(1 << 16, 4);
+            let cfg = TcpRelayConfig::default();
+            for abort in [true, false] {
+                let (client, mut client_peer) = pair().await;
+                let (upstream, mut upstream_peer) = pair().await;
+                let (close_tx, close) = watch::channel(false);
+                let p = pipes.clone();
+                let c = cfg.clone();
+                let task = tokio::spawn(async move {
+                    let counters = Counters::default();
+                    relay(client, upstream, &p, &counters, &c, close).await
+                });
+                // Bytes in flight, and proof that the relay runs.
+                upstream_peer.write_all(b"partial").await.unwrap();
+                let mut got = [0u8; 7];
+                client_peer.read_exact(&mut got).await.unwrap();
+                if abort {
+                    task.abort();
+                    assert!(task.await.unwrap_err().is_cancelled());
+                } else {
+                    close_tx.send(true).unwrap();
+                    assert!(task.await.unwrap().is_none());
+                }
+                for peer in [&mut client_peer, &mut upstream_peer] {
+                    let end = read_end(peer).await;
+                    assert_eq!(
+                        end.as_ref().map_err(std::io::Error::kind).err(),
+                        Some(std::io::ErrorKind::ConnectionReset),
+                        "abort={abort}: {end:?}"
+                    );
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_relay_that_ends_by_itself_ends_cleanly() {
+        runtime().block_on(async {
+            let pipes = PipePool::new(1 << 16, 4);
+            let (client, mut client_peer) = pair().await;
+            let (upstream, mut upstream_peer) = pair().await;
+            let (_close_tx, close) = watch::channel(false);
+            let p = pipes.clone();
+            let task = tokio::spawn(async move {
+                let counters = Counters::default();
+                relay(
+                    client,
+                    upstream,
+                    &p,
+                    &counters,
+                    &TcpRelayConfig::default(),
+                    close,
+                )
+                .await
+            });
+            upstream_peer.write_all(b"whole").await.unwrap();
+            upstream_peer.shutdown().await.unwrap();
+            assert_eq!(read_end(&mut client_peer).await.unwrap(), 5);
+            client_peer.shutdown().await.unwrap();
+            assert_eq!(read_end(&mut upstream_peer).await.unwrap(), 0);
+            assert!(matches!(task.await.unwrap(), Some(Ok(()))));
+        });
     }
 }

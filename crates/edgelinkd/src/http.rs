@@ -2,6 +2,7 @@
 //! them), /metrics (Prometheus text), /status (JSON). GET only.
 
 use crate::daemon::Daemon;
+use crate::fds;
 use crate::metrics;
 use crate::model::now;
 use bytes::Bytes;
@@ -82,9 +83,28 @@ pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "status endpoint: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
+                // At the open-file limit: accept with the fds kept for the
+                // daemon's own doors ([`crate::fds`]). The connection needs
+                // no more, so the reserve is taken back at once (the
+                // forwards accept nothing until it is whole again).
+                let lease = fds::exhausted(&e).then(|| d.shared.fds.lease()).flatten();
+                // Only a connection waiting now (EMFILE comes before the
+                // queue is looked at): the reserve is never held waiting.
+                let retried = match lease {
+                    Some(_) => fds::accept_now(listener.accept())
+                        .await
+                        .and_then(Result::ok),
+                    None => None,
+                };
+                drop(lease);
+                match retried {
+                    Some(s) => s,
+                    None => {
+                        tracing::warn!(error = %e, "status endpoint: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
             }
         };
         let d = d.clone();

@@ -7,6 +7,7 @@ mod config;
 mod control;
 mod daemon;
 mod factory;
+mod fds;
 mod forward;
 mod http;
 #[cfg(test)]
@@ -157,8 +158,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if left > 0 {
         tracing::warn!(
             connections = left,
-            "grace period over: closing what is left"
+            "grace period over: resetting what is left"
         );
+        // Reset, not closed: bytes still in the pipes are lost, and a
+        // clean end of file would pass a cut transfer off as whole.
+        d.close_connections();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while d.active() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     let _ = std::fs::remove_file(dir.join(edgelink_attachment::DAEMON_SOCKET));
     Ok(())

@@ -46,6 +46,10 @@ pub fn render(d: &Daemon) -> String {
             "UDP datagrams relayed back to clients",
         ),
         ("udp_drops", "UDP datagrams dropped"),
+        (
+            "connections_rejected",
+            "TCP connections reset at once because a connection cap was reached",
+        ),
     ]
     .into_iter()
     .map(|(n, h)| (n, h, Family::default()))
@@ -88,6 +92,7 @@ pub fn render(d: &Daemon) -> String {
                 f.udp_datagrams_to_target,
                 f.udp_datagrams_to_client,
                 f.udp_drops,
+                f.connections_rejected_total,
             ];
             for ((_, _, fam), v) in counters.iter().zip(values) {
                 fam.get_or_create(&labels).inc_by(v);

@@ -4,7 +4,9 @@
 
 use edgelink_relay::Counters;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
+use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn now() -> u64 {
@@ -41,11 +43,24 @@ pub struct ForwardRuntime {
     pub spec: edgelink_attachment::Forward,
     pub counters: std::sync::Arc<Counters>,
     pub state: Mutex<ForwardState>,
+    /// TCP: the idle timeout in force (the forward's `idleTimeoutMs`, else
+    /// the daemon's `--tcp-idle-timeout`); `None`: never.
+    pub idle_timeout: Option<Duration>,
+    /// TCP connections reset at once because a connection cap (this
+    /// forward's `maxConnections` or `--max-connections`) was reached.
+    pub rejected: AtomicU64,
 }
 
 impl ForwardRuntime {
-    pub fn new(spec: edgelink_attachment::Forward) -> ForwardRuntime {
+    /// `default_idle`: the daemon's `--tcp-idle-timeout` (zero: never).
+    pub fn new(spec: edgelink_attachment::Forward, default_idle: Duration) -> ForwardRuntime {
+        let idle = spec
+            .idle_timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(default_idle);
         ForwardRuntime {
+            idle_timeout: (!idle.is_zero()).then_some(idle),
+            rejected: AtomicU64::new(0),
             spec,
             counters: Default::default(),
             state: Mutex::new(ForwardState {
@@ -105,6 +120,11 @@ impl ForwardRuntime {
             udp_datagrams_to_target: Counters::get(&c.udp_datagrams_to_target),
             udp_datagrams_to_client: Counters::get(&c.udp_datagrams_to_client),
             udp_drops: Counters::get(&c.udp_drops),
+            idle_timeout_ms: self
+                .idle_timeout
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            max_connections: self.spec.max_connections,
+            connections_rejected_total: Counters::get(&self.rejected),
             last_error: s.last_error.clone(),
             last_error_at: (s.last_error_at > 0).then_some(s.last_error_at),
             reachability: self.reachability(&s),
@@ -149,6 +169,15 @@ pub struct ForwardStatus {
     pub udp_datagrams_to_target: u64,
     pub udp_datagrams_to_client: u64,
     pub udp_drops: u64,
+    /// TCP: the idle timeout in force, in milliseconds (0: never).
+    #[serde(default)]
+    pub idle_timeout_ms: u64,
+    /// TCP: this forward's own connection cap, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// TCP connections reset at once because a connection cap was reached.
+    #[serde(default)]
+    pub connections_rejected_total: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

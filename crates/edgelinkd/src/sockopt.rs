@@ -2,7 +2,8 @@
 //! listener to record each connection's ingress interface, and reading it
 //! back from an accepted connection (Linux `IP_PKTOPTIONS` /
 //! `IPV6_2292PKTOPTIONS`: the kernel keeps the interface a connection's SYN
-//! came in on).
+//! came in on). Also SO_LINGER 0 on a socket known only by its descriptor
+//! (a relay that owns it is being dropped).
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -106,6 +107,32 @@ fn parse_pktinfo(mut b: &[u8], v6: bool) -> Option<u32> {
         b = &b[next..];
     }
     None
+}
+
+/// SO_LINGER {on, 0} on `fd`: its close(2) then sends a reset and drops
+/// what is still queued, so the peer cannot take a cut stream for a whole
+/// one. The caller must know `fd` is open and still the socket it means.
+pub fn linger_zero(fd: RawFd) -> io::Result<()> {
+    let v = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: the caller guarantees fd is an open socket; the option value
+    // is a `linger` that lives for the duration of the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &v as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]

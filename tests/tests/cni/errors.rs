@@ -730,3 +730,59 @@ fn a_second_add_for_a_live_attachment_is_101_and_changes_nothing() {
             .ok_empty();
     }
 }
+
+#[test]
+fn forward_bounds_out_of_range_are_code_7_naming_the_forward() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    let pods = [&pod];
+    let p = pod.path();
+    let before = state(&lab, &pods);
+    let base = lab.bridge_conf("1.0.0");
+    assert_eq!(base["forwards"][0]["protocol"], "tcp");
+    let name = base["forwards"][0]["name"].as_str().unwrap().to_string();
+    for (key, value, needle) in [
+        ("idleTimeoutMs", json!(500), "1000..=604800000"),
+        ("idleTimeoutMs", json!("1h"), "1000..=604800000"),
+        ("maxConnections", json!(0), "1..=1000000"),
+    ] {
+        let mut c = base.clone();
+        c["forwards"][0][key] = value.clone();
+        let out = Call::new("ADD", "fb1", Some(&p), "net1").run(&lab.node, &c);
+        let (code, msg) = out.err();
+        assert_eq!(code, 7, "{key}={value}: {msg}");
+        for n in [
+            &format!("forwards[0].{key}"),
+            &format!("\"{name}\""),
+            needle,
+        ] {
+            assert!(msg.contains(n), "{key}={value}: does not name {n:?}: {msg}");
+        }
+        assert_eq!(
+            state(&lab, &pods),
+            before,
+            "{key}={value}: left something behind"
+        );
+        del_after(&lab, &pods, &before, "fb1", Some(&p), &c);
+    }
+    // In range, the record carries them for the daemon.
+    let mut c = base.clone();
+    c["forwards"][0]["idleTimeoutMs"] = json!(0);
+    c["forwards"][0]["maxConnections"] = json!(3);
+    Call::new("ADD", "fb2", Some(&p), "net1")
+        .run(&lab.node, &c)
+        .ok();
+    // Found by content: the record's file name is the store's business.
+    let rec: Value = std::fs::read_dir(lab.state.path().join("attachments"))
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
+        .find(|r| r["containerId"] == "fb2")
+        .expect("the record of fb2");
+    assert_eq!(rec["forwards"][0]["idleTimeoutMs"], 0, "{rec:#}");
+    assert_eq!(rec["forwards"][0]["maxConnections"], 3, "{rec:#}");
+    assert!(rec["forwards"][1].get("idleTimeoutMs").is_none(), "{rec:#}");
+    Call::new("DEL", "fb2", Some(&p), "net1")
+        .run(&lab.node, &c)
+        .ok_empty();
+}

@@ -267,8 +267,15 @@ impl DLab {
             .logs
             .path()
             .join(format!("edgelinkd-{}.log", self.starts));
-        let mut flags: Vec<&str> = BASE_FLAGS.to_vec();
-        if self.fast_reconcile {
+        // A base flag the test sets itself is left out (clap refuses a
+        // flag given twice).
+        let mut flags: Vec<&str> = BASE_FLAGS
+            .chunks(2)
+            .filter(|f| !self.flags.iter().any(|t| t == f[0]))
+            .flatten()
+            .copied()
+            .collect();
+        if self.fast_reconcile && !self.flags.iter().any(|t| t == FAST_RECONCILE[0]) {
             flags.extend_from_slice(FAST_RECONCILE);
         }
         flags.extend(self.flags.iter().map(String::as_str));

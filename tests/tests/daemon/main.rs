@@ -10,10 +10,12 @@ mod lab;
 
 mod cli;
 mod lifecycle;
+mod limits;
 mod nudge;
 mod pods;
 mod private_side;
 mod records;
+mod restarts;
 mod security;
 mod tcp;
 mod udp;

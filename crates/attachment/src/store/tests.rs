@@ -33,6 +33,8 @@ fn rec(cid: &str) -> Record {
             port: 8080,
             target: "172.17.16.120:8080".parse().unwrap(),
             connect_timeout_ms: 5000,
+            idle_timeout_ms: None,
+            max_connections: None,
         }],
         allowed_targets: vec!["172.17.16.0/24".parse().unwrap()],
         created_at: 1,
