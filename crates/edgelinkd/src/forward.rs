@@ -382,6 +382,10 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, _slot: Slot) {
     let close = ctx.close.clone();
     match relay(client, upstream, &ctx.shared.pipes, c, &cfg, close).await {
         Some(Ok(())) => {}
+        // Reset on both legs and counted in `idle_timeouts` by the relay.
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+            tracing::debug!(error = %e, "connection idle for too long: reset");
+        }
         Some(Err(e)) => {
             Counters::inc(&c.errors);
             tracing::debug!(error = %e, "connection ended with an error");

@@ -50,6 +50,10 @@ pub fn render(d: &Daemon) -> String {
             "connections_rejected",
             "TCP connections reset at once because a connection cap was reached",
         ),
+        (
+            "idle_timeouts",
+            "TCP connections reset because nothing moved for the idle timeout",
+        ),
     ]
     .into_iter()
     .map(|(n, h)| (n, h, Family::default()))
@@ -93,6 +97,7 @@ pub fn render(d: &Daemon) -> String {
                 f.udp_datagrams_to_client,
                 f.udp_drops,
                 f.connections_rejected_total,
+                f.idle_timeouts_total,
             ];
             for ((_, _, fam), v) in counters.iter().zip(values) {
                 fam.get_or_create(&labels).inc_by(v);

@@ -125,6 +125,7 @@ impl ForwardRuntime {
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             max_connections: self.spec.max_connections,
             connections_rejected_total: Counters::get(&self.rejected),
+            idle_timeouts_total: Counters::get(&c.idle_timeouts),
             last_error: s.last_error.clone(),
             last_error_at: (s.last_error_at > 0).then_some(s.last_error_at),
             reachability: self.reachability(&s),
@@ -178,6 +179,9 @@ pub struct ForwardStatus {
     /// TCP connections reset at once because a connection cap was reached.
     #[serde(default)]
     pub connections_rejected_total: u64,
+    /// TCP connections reset because nothing moved for the idle timeout.
+    #[serde(default)]
+    pub idle_timeouts_total: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

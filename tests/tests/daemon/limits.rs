@@ -271,3 +271,48 @@ fn at_the_fd_limit_the_control_socket_and_the_status_server_still_answer_without
         l.forward("api")
     );
 }
+
+/// A forward's `idleTimeoutMs` reaches the relay: a connection with nothing
+/// moving either way is reset on the client's side (not ended cleanly),
+/// counted as an idle timeout and not as an error, while a connection of
+/// another forward, idle just as long under the daemon's default, stays.
+#[test]
+fn an_idle_connection_is_reset_after_the_forwards_idle_timeout_and_counted() {
+    let mut l = DLab::with(Opts {
+        add: false,
+        ..Default::default()
+    });
+    l.conf["forwards"][0]["idleTimeoutMs"] = json!(1000);
+    l.add();
+    l.wait_serving();
+    let mut s = l.connect(API).expect("connect to api");
+    assert_eq!(echo(&mut s, b"before\n"), b"before\n");
+    let mut d = l.connect(DRAIN).expect("connect to drain");
+    d.write_all(b"abc").unwrap();
+    let t = Instant::now();
+    // A generous read timeout: the reset must come from the idle timeout
+    // (1 s), long before this.
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(read_end(&mut s), Ended::Reset);
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "reset before the idle timeout: {:?}",
+        t.elapsed()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || l.forward("api")
+            ["idleTimeoutsTotal"]
+            == 1),
+        "not counted: {:#}",
+        l.forward("api")
+    );
+    assert_eq!(l.forward("api")["errors"], 0, "{:#}", l.forward("api"));
+    assert_eq!(l.metric("edgelink_idle_timeouts_total", "api"), 1.0);
+    // drain (the default, an hour) was idle as long and is still relayed.
+    d.write_all(b"de").unwrap();
+    d.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    d.read_to_string(&mut answer).unwrap();
+    assert_eq!(answer, "5\n");
+    assert_eq!(l.forward("drain")["idleTimeoutsTotal"], 0);
+}
