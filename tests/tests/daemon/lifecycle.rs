@@ -164,7 +164,7 @@ fn a_pod_netns_deleted_with_connections_open_is_let_go() {
     assert!(udp_clients(&l, 1, 1).is_empty());
     sh(&["ip", "netns", "del", &l.pod.name]);
     assert!(
-        wait_until(Duration::from_secs(4), || l.released()),
+        wait_until(Duration::from_secs(15), || l.released()),
         "not reclaimed"
     );
     // Reclaimed means nothing of the pod is held: the namespace goes away
@@ -183,7 +183,9 @@ fn a_pod_netns_deleted_with_connections_open_is_let_go() {
 #[test]
 fn sigterm_keeps_open_connections_for_the_grace_period_refuses_new_ones_and_exits_0() {
     let mut l = DLab::with(Opts {
-        flags: &["--grace-period", "5"],
+        // Long enough that "exited early" can only mean "the last
+        // connection closed", however slow the machine.
+        flags: &["--grace-period", "60"],
         ..Default::default()
     });
     let mut open = l.connect(API).unwrap();
@@ -191,8 +193,8 @@ fn sigterm_keeps_open_connections_for_the_grace_period_refuses_new_ones_and_exit
     l.daemon().signal(nix::sys::signal::Signal::SIGTERM);
     let t = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(2), || l.refused(API)),
-        "new connections still accepted 2 s after SIGTERM"
+        wait_until(Duration::from_secs(15), || l.refused(API)),
+        "new connections still accepted 15 s after SIGTERM"
     );
     // Draining: not ready, still live, still reporting.
     assert_eq!(l.status()["draining"], true);
@@ -208,11 +210,11 @@ fn sigterm_keeps_open_connections_for_the_grace_period_refuses_new_ones_and_exit
     drop(open);
     let st = l
         .daemon()
-        .wait_exit(Duration::from_secs(3))
+        .wait_exit(Duration::from_secs(30))
         .expect("no exit after the last connection closed");
     assert!(st.success(), "{st}");
     assert!(
-        t.elapsed() < Duration::from_secs(5),
+        t.elapsed() < Duration::from_secs(60),
         "waited the whole grace period"
     );
     assert!(!l.lab.state.path().join("edgelinkd.sock").exists());
@@ -227,7 +229,7 @@ fn sigterm_keeps_open_connections_for_the_grace_period_refuses_new_ones_and_exit
     l.daemon().signal(nix::sys::signal::Signal::SIGTERM);
     let st = l
         .daemon()
-        .wait_exit(Duration::from_secs(4))
+        .wait_exit(Duration::from_secs(30))
         .expect("no exit after the grace period");
     assert!(st.success(), "{st}");
     let took = t.elapsed();

@@ -210,7 +210,8 @@ fn edgelinkd_status_prints_a_table_naming_the_pod_and_its_forwards() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot reach edgelinkd"), "{err}");
-    assert!(t.elapsed() < Duration::from_secs(3));
+    // Refused at once on loopback; the bound only proves it does not hang.
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
 }
 
 /// A tiny HTTP receiver in `ns` on `port`: records each request's
