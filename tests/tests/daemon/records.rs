@@ -152,7 +152,11 @@ fn old_reservation(l: &DLab, ip: &str, cid: &str) -> std::path::PathBuf {
 
 #[test]
 fn ipam_gc_goes_on_past_a_malformed_record_and_keeps_only_what_it_may_own() {
-    let l = DLab::new();
+    // About the periodic pass: GC runs on it.
+    let l = DLab::with(Opts {
+        fast_reconcile: true,
+        ..Opts::default()
+    });
     let store = edgelink_attachment::RecordStore::new(l.lab.state.path());
     let dir = store.dir().to_path_buf();
     // The lab pod's own reservation is old too: only its record keeps it.
