@@ -137,6 +137,10 @@ pub struct RunArgs {
     /// address without a record (seconds).
     #[arg(long, default_value = "120", value_parser = secs)]
     pub ipam_gc_grace: Duration,
+    /// A connection to the status endpoint is closed this long after it was
+    /// accepted, whatever it is doing (seconds).
+    #[arg(long, default_value = "30", value_parser = period)]
+    pub status_conn_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -85,6 +85,8 @@ pub struct Daemon {
     pub reclaimed: AtomicU64,
     /// Links the plugin's DEL retired and this daemon deleted.
     pub reaped: AtomicU64,
+    /// Upstream TCP sockets taken ready from a `--socket-pool`.
+    pub pool_taken: Arc<AtomicU64>,
     pub draining: AtomicBool,
     /// Wakes the reconcile loop (inotify, control socket).
     pub nudge: Notify,
@@ -107,6 +109,7 @@ impl Daemon {
             last_reconcile: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
             reaped: AtomicU64::new(0),
+            pool_taken: Arc::new(AtomicU64::new(0)),
             draining: AtomicBool::new(false),
             nudge: Notify::new(),
             changes: watch::channel(0).0,
@@ -378,7 +381,11 @@ impl Daemon {
         if a.forwards.is_empty() {
             return a;
         }
-        let factory = match Factory::start(ns, self.args.socket_pool as usize) {
+        let factory = match Factory::start(
+            ns,
+            self.args.socket_pool as usize,
+            self.pool_taken.clone(),
+        ) {
             Ok(f) => f,
             Err(e) => {
                 a.error = Some(format!("cannot enter netns {}: {e}", a.record.netns));

@@ -10,6 +10,7 @@ mod lab;
 mod cli;
 mod lifecycle;
 mod pods;
+mod promises;
 mod records;
 mod security;
 mod tcp;
