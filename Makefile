@@ -51,7 +51,7 @@ test-unit:
 
 test-e2e:
 	$(DEPS) test
-	$(CARGO) build -p edgelink
+	$(CARGO) build -p edgelink -p edgelinkd
 	tests/e2e/podman.sh target/debug/edgelink
 
 # The Vagrant lab (vagrant/README.md): the reference cluster in VMs, edgelink
