@@ -419,7 +419,7 @@ start_device_servers() {
     local log=$TESTDIR/device-servers.log deadline=$((SECONDS + 10))
     ip netns exec "$DEV_NS" python3 -c "$DEVICE_SERVERS" "$DEVICE_IP" "$TCP_PORT" "$UDP_PORT" >"$log" 2>&1 &
     echo $! >"$TESTDIR/device.pid"
-    until grep -qx ready "$log"; do
+    until grep -qx ready "$log" 2>/dev/null; do
         if ! kill -0 "$(cat "$TESTDIR/device.pid")" 2>/dev/null || [[ $SECONDS -ge $deadline ]]; then
             cat "$log" >&2
             die "the device's echo servers did not start"
