@@ -35,12 +35,14 @@ lint:
 # Unit tests, kernel tests in namespaces, scenario tests driving the built
 # plugin, the manifests against the code (YAML parses, NAD configs pass the
 # plugin's validation, the DaemonSet mounts what the binaries use), the
+# bench's pass/fail checks (scripts/bench/test_verdict.py), the
 # end-to-end test with podman as the runtime, then shellcheck on every
 # script and vagrant validate (scripts/check-vagrant.sh).
 test:
 	$(DEPS) test
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace --no-fail-fast
+	python3 -m unittest discover -s scripts/bench -p 'test_*.py'
 	tests/e2e/podman.sh target/debug/edgelink
 	scripts/check-vagrant.sh
 
@@ -49,7 +51,7 @@ test-unit:
 
 test-e2e:
 	$(DEPS) test
-	$(CARGO) build -p edgelink
+	$(CARGO) build -p edgelink -p edgelinkd
 	tests/e2e/podman.sh target/debug/edgelink
 
 # The Vagrant lab (vagrant/README.md): the reference cluster in VMs, edgelink

@@ -2,7 +2,10 @@
 # make bench: edgelink against its peers, side by side in one run: the CNI
 # half (scripts/bench/cni.py), then the relay half (scripts/bench/relay.py).
 # QUICK=1: one short round of each (CI checks that it runs, not the
-# figures), and docs/benchmarks.md is left alone.
+# figures), and docs/benchmarks.md is left alone. Either way the run fails
+# when edgelinkd loses connections or datagrams beyond the bounds, or
+# edgelink's CHECK fails (scripts/bench/verdict.py); the peers' failures are
+# only reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $(id -u) == 0 ]] || { echo "bench: run as root (network namespaces)" >&2; exit 1; }

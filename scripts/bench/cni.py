@@ -29,6 +29,8 @@ import tempfile
 import threading
 import time
 
+import verdict  # scripts/bench/verdict.py: which failures fail the run
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ELK = os.environ.get("EDGELINK_BIN", os.path.join(ROOT, "target/release/edgelink"))
 FILL = os.path.join(ROOT, "target/release/examples/fill_store")
@@ -38,6 +40,9 @@ TAG = "elkbench-%d" % os.getpid()
 NODE = TAG + "-node"
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 CLONE_NEWNET = 0x40000000
+# Subject name -> error outputs of its failed CHECKs (the edgelink ones fail
+# the run at the end, verdict.cni_checks).
+CHECK_FAILURES = {}
 
 
 def sh(*args, check=True):
@@ -88,10 +93,6 @@ class Subject:
     def __init__(self, name, binary, conf):
         self.name, self.binary, self.conf = name, binary, conf
 
-    def __init_failures(self):
-        if not hasattr(self, "check_failures"):
-            self.check_failures = []
-
     def run(self, cmd, cid, pod, ifname="net1", conf=None, may_fail=False):
         env = {"CNI_COMMAND": cmd, "CNI_CONTAINERID": cid, "CNI_IFNAME": ifname,
                "CNI_NETNS": "/var/run/netns/" + pod if pod else "",
@@ -102,8 +103,8 @@ class Subject:
         p = subprocess.run([self.binary], input=data, env=env, capture_output=True)
         dt = time.perf_counter() - t
         if p.returncode != 0 and may_fail:
-            self.__init_failures()
-            self.check_failures.append(p.stdout.decode(errors="replace").strip())
+            CHECK_FAILURES.setdefault(self.name, []).append(
+                (p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")).strip())
         elif p.returncode != 0:
             raise SystemExit("%s %s %s failed: %s %s" % (self.name, cmd, cid, p.stdout, p.stderr))
         return dt, p.stdout
@@ -115,7 +116,8 @@ class Subject:
         conf["prevResult"] = json.loads(out)
         # The reference bridge's CHECK compares the bridge's MAC, which
         # changes as ports come and go: under parallel load it fails. Count
-        # such failures and report them instead of stopping.
+        # CHECK failures instead of stopping: the reference's are reported,
+        # edgelink's fail the run once the figures are written.
         c, _ = self.run("CHECK", cid, pod, ifname, conf, may_fail=True)
         d, _ = self.run("DEL", cid, pod, ifname, conf)
         return a, c, d
@@ -355,18 +357,16 @@ def main():
     for label, t in pool.items():
         w("| %s | %s |" % (label, " | ".join(fmt_ms(statistics.median(v)) for v in t.values())))
     w("")
-    for p in pairs:
-        for s in p:
-            fails = getattr(s, "check_failures", [])
-            if fails:
-                w("CHECK failures of %s: %d, e.g. `%s`." % (s.name, len(fails), fails[0].replace("\n", " ")[:160]))
-    w("")
+    failed, notes = verdict.cni_checks(CHECK_FAILURES)
+    lines.extend(verdict.section("Checks: edgelink's CHECK passes", failed, notes))
     w("Run time: %.0f s." % (time.time() - started))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)
+    if failed:
+        raise SystemExit("cni bench: FAILED: " + "; ".join(failed))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ import threading
 import time
 
 from cni import machine  # scripts/bench/cni.py: the same machine line in both halves
+import verdict  # scripts/bench/verdict.py: which figures fail the run
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -668,7 +669,7 @@ class Bench:
         cpu0 = cpu_seconds(s.pids()) if s.is_relay else 0.0
         r = run_json(CLIENT, [LOADGEN, "conn-rate", "%s:%d" % (s.host, s.ports[ECHO]), "--concurrency", "16",
                               "--seconds", str(self.secs["short"])], self.secs["short"] + 30)
-        out = {"conn_s": r["per_second"], "conn_failed": r["failed"]}
+        out = {"conn_s": r["per_second"], "conn_failed": r["failed"], "conn_ok": r["connections"]}
         if s.is_relay and r.get("connections"):
             out["conn_cpu_us"] = (cpu_seconds(s.pids()) - cpu0) * 1e6 / r["connections"]
         return out
@@ -1224,6 +1225,11 @@ def main():
             ("rr", "request/reply", bench.rr),
         ] + [("udp", "UDP %d client%s at %d/s" % (c, "" if c == 1 else "s", r),
               (lambda k, c, r: lambda s: bench.udp(s, k, c, r))(k, c, r)) for k, c, r in UDP_LOADS]
+        # A load well within capacity, where edgelinkd's loss is checked
+        # (verdict.py); the peers skip it.
+        ck, cc, cr = verdict.UDP_CHECK_LOAD
+        measures.append(("udp", "UDP check load, %d client at %d/s" % (cc, cr),
+                         lambda s: {} if s.peer else bench.udp(s, ck, cc, cr)))
         measures = [(t, fn) for key, t, fn in measures if wanted(key)]
         # Idle connections first, once, while every relay is fresh: a
         # process keeps the memory it freed, so a second time would find it
@@ -1269,10 +1275,14 @@ def main():
     text, _ = report(a, subjects, results, profile, secs, rounds, idle_n, started)
     if errors:
         text += "\nFailed measurements (not in the figures above):\n\n" + "".join("- %s\n" % e for e in errors)
+    failed, notes = verdict.relay_checks(results, {s.name for s in subjects if s.peer})
+    text += "\n" + "\n".join(verdict.section("Checks: edgelinkd loses no work", failed, notes))
     print(text)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)
+    if failed:
+        raise SystemExit("relay bench: FAILED: " + "; ".join(failed))
     if errors:
         raise SystemExit("relay bench: %d measurement(s) failed (listed above)" % len(errors))
 

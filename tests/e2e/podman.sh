@@ -4,11 +4,13 @@
 #   tests/e2e/podman.sh [options] PLUGIN_BIN
 #   tests/e2e/podman.sh --reference [options]
 #
-# PLUGIN_BIN    the built edgelink plugin (e.g. target/debug/edgelink)
+# PLUGIN_BIN    the built edgelink plugin (e.g. target/debug/edgelink); the
+#               node daemon edgelinkd is taken from beside it, or from
+#               $EDGELINKD_BIN
 # --reference   use the reference plugins from /usr/lib/cni (bridge or
 #               macvlan + host-local) instead of edgelink, to check the
-#               harness itself; the edgelink-only checks (attachment records)
-#               are skipped
+#               harness itself; the edgelink-only checks (attachment records,
+#               the daemon) are skipped
 # --trace       wrap every plugin (and IPAM plugin) in a logging shim and print
 #               each call podman makes: command, CNI_* environment, stdin,
 #               stdout, exit code, parent process
@@ -17,11 +19,20 @@
 # --keep        keep the test directory (not the netns or containers) on exit
 #
 # Needs root and: podman, runc, busybox-static, containernetworking-plugins,
-# iproute2 (scripts/install-deps.sh test). Everything lives in a mktemp -d
-# directory and in two network namespaces created here (elk-e2e-node-PID,
-# elk-e2e-dev-PID); podman runs inside the node netns and reads its settings
-# from CONTAINERS_CONF / CONTAINERS_STORAGE_CONF only. Nothing in /etc changes
-# and no traffic leaves those namespaces.
+# iproute2, python3 (scripts/install-deps.sh test). Everything lives in a
+# mktemp -d directory and in two network namespaces created here
+# (elk-e2e-node-PID, elk-e2e-dev-PID); podman runs inside the node netns and
+# reads its settings from CONTAINERS_CONF / CONTAINERS_STORAGE_CONF only.
+# Nothing in /etc changes and no traffic leaves those namespaces.
+#
+# With edgelink, each case also runs the node daemon edgelinkd inside the
+# node netns, on the test's state directory (status on 127.0.0.1:9310 of that
+# netns), and a TCP and a UDP echo on the device: a container attached by
+# podman gets both relayed to the device through its forwards; the plugin's
+# CHECK passes while the daemon serves them and fails while it is stopped;
+# podman's DEL hands the pod's interface to the daemon, which deletes it
+# (retiredLinksDeletedTotal in its /status). The daemon is stopped at the end
+# of every case and on any exit.
 #
 # Prints PASS/FAIL per case and "N passed, M failed" last; exits 1 on any
 # failure, 2 on a usage or setup error.
@@ -40,12 +51,12 @@ readonly BLOB_CACHE=/var/lib/containers/cache/blob-info-cache-v1.boltdb
 readonly PODMAN_TIMEOUT=${E2E_PODMAN_TIMEOUT:-60} # seconds, every podman call
 readonly CLEAN_TIMEOUT=${E2E_CLEAN_TIMEOUT:-15}    # seconds to wait for DEL effects
 
-REFERENCE=0 TRACE=0 KEEP=0 ONLY='*' PLUGIN_BIN=''
+REFERENCE=0 TRACE=0 KEEP=0 ONLY='*' PLUGIN_BIN='' DAEMON_BIN=''
 TESTDIR='' PODMAN_READY=0 BLOB_CACHE_EXISTED=0
 [[ ! -e $BLOB_CACHE ]] || BLOB_CACHE_EXISTED=1
 
 usage() {
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -93,6 +104,9 @@ if [[ $REFERENCE == 0 ]]; then
     [[ -n $PLUGIN_BIN ]] || die "usage: $0 PLUGIN_BIN | --reference (see --help)"
     [[ -f $PLUGIN_BIN && -x $PLUGIN_BIN ]] || die "$PLUGIN_BIN is not an executable file"
     PLUGIN_BIN=$(realpath "$PLUGIN_BIN")
+    DAEMON_BIN=${EDGELINKD_BIN:-$(dirname "$PLUGIN_BIN")/edgelinkd}
+    [[ -f $DAEMON_BIN && -x $DAEMON_BIN ]] || die "$DAEMON_BIN is not an executable file (build edgelinkd, or set EDGELINKD_BIN)"
+    DAEMON_BIN=$(realpath "$DAEMON_BIN")
 fi
 CASES=()
 for mode in bridge macvlan; do
@@ -103,7 +117,7 @@ for mode in bridge macvlan; do
 done
 [[ ${#CASES[@]} -gt 0 ]] || die "no case matches --only '$ONLY'"
 [[ $(id -u) == 0 ]] || die "must run as root"
-for cmd in podman runc conmon nsenter setsid ip timeout findmnt; do
+for cmd in podman runc conmon nsenter setsid ip timeout findmnt python3; do
     command -v "$cmd" >/dev/null || die "$cmd not found (run scripts/install-deps.sh test)"
 done
 [[ -x /bin/busybox ]] || die "/bin/busybox not found (busybox-static)"
@@ -165,7 +179,43 @@ kill_strays() {
     done
 }
 
+# The PID in the test dir's pid file NAME, if that process still runs in
+# netns NS (a case runs in a subshell: the parent knows its processes by
+# these files; the netns check guards against a reused PID).
+ours() { # NAME NS
+    local pid
+    [[ -n $TESTDIR && -f $TESTDIR/$1.pid ]] || return 1
+    pid=$(cat "$TESTDIR/$1.pid")
+    rm -f "$TESTDIR/$1.pid"
+    [[ $pid =~ ^[0-9]+$ && $(ip netns identify "$pid" 2>/dev/null) == "$2" ]] || return 1
+    echo "$pid"
+}
+
+# The node daemon (edgelinkd), started by start_daemon: SIGTERM, then SIGKILL
+# after a bounded wait. Safe to call at any time, from the traps too.
+stop_daemon() {
+    local pid deadline=$((SECONDS + 10))
+    pid=$(ours daemon "$NODE_NS") || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null && [[ $SECONDS -lt $deadline ]]; do sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "e2e: edgelinkd ($pid) did not stop within 10 s of SIGTERM: killing it" >&2
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+# The device's TCP and UDP echo (start_device_servers).
+stop_device_servers() {
+    local pid
+    pid=$(ours device "$DEV_NS") || return 0
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
 topology_down() {
+    stop_daemon
+    stop_device_servers
     kill_strays
     ip netns del "$DEV_NS" 2>/dev/null || true
     ip netns del "$NODE_NS" 2>/dev/null || true
@@ -299,6 +349,225 @@ node_links() {
     ip -n "$NODE_NS" -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | sort
 }
 
+# ---------------------------------------------------------------- the daemon and the device
+readonly TCP_PORT=8080 UDP_PORT=5000 STATUS_ADDR=127.0.0.1:9310
+
+# A TCP echo (each connection echoed until its end of file, then closed) and
+# a UDP echo, on the device's address. Prints "ready" once both are bound.
+readonly DEVICE_SERVERS='
+import socket, sys, threading
+host, tport, uport = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def echo(c):
+    with c:
+        c.settimeout(30)
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            c.sendall(d)
+        c.shutdown(socket.SHUT_WR)
+t = socket.socket()
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind((host, tport))
+t.listen(16)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind((host, uport))
+def tcp():
+    while True:
+        c, _ = t.accept()
+        threading.Thread(target=echo, args=(c,), daemon=True).start()
+threading.Thread(target=tcp, daemon=True).start()
+print("ready", flush=True)
+while True:
+    d, a = u.recvfrom(65536)
+    u.sendto(d, a)
+'
+
+# A client inside a container netns, to 127.0.0.1 (the daemon's listeners
+# there; the container's eth0 is the private side, which the daemon
+# refuses): prints what came back. tcp: send, shut down the write side, read
+# to the end. udp: send, wait 1 s for the echo, up to 5 tries.
+readonly CLIENT='
+import socket, sys
+kind, port, msg = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+if kind == "tcp":
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(msg)
+    s.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    print(got.decode(errors="replace"))
+else:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1)
+    for _ in range(5):
+        s.sendto(msg, ("127.0.0.1", port))
+        try:
+            print(s.recv(65536).decode(errors="replace"))
+            break
+        except socket.timeout:
+            pass
+    else:
+        sys.exit("no UDP echo")
+'
+
+start_device_servers() {
+    local log=$TESTDIR/device-servers.log deadline=$((SECONDS + 10))
+    ip netns exec "$DEV_NS" python3 -c "$DEVICE_SERVERS" "$DEVICE_IP" "$TCP_PORT" "$UDP_PORT" >"$log" 2>&1 &
+    echo $! >"$TESTDIR/device.pid"
+    until grep -qx ready "$log" 2>/dev/null; do
+        if ! kill -0 "$(cat "$TESTDIR/device.pid")" 2>/dev/null || [[ $SECONDS -ge $deadline ]]; then
+            cat "$log" >&2
+            die "the device's echo servers did not start"
+        fi
+        sleep 0.1
+    done
+}
+
+# edgelinkd in the node netns, on the test's state directory; returns once
+# its control socket exists. Its log: edgelinkd-CASE-N.log in the test dir.
+DAEMON_STARTS=0
+start_daemon() { # CASE
+    local sock=$TESTDIR/state/edgelinkd.sock deadline=$((SECONDS + 15))
+    DAEMON_STARTS=$((DAEMON_STARTS + 1))
+    DAEMON_LOG=$TESTDIR/edgelinkd-$1-$DAEMON_STARTS.log
+    rm -f "$sock"
+    nsenter --net="/var/run/netns/$NODE_NS" "$DAEMON_BIN" run --state-dir "$TESTDIR/state" \
+        --status-addr "$STATUS_ADDR" --probe-interval 0 --grace-period 1 --log-level debug \
+        </dev/null >"$DAEMON_LOG" 2>&1 &
+    echo $! >"$TESTDIR/daemon.pid"
+    until [[ -S $sock ]]; do
+        if ! kill -0 "$(cat "$TESTDIR/daemon.pid")" 2>/dev/null || [[ $SECONDS -ge $deadline ]]; then
+            fail "edgelinkd did not start:"
+            indent <"$DAEMON_LOG"
+            stop_daemon
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# The daemon's /status as JSON (edgelinkd status --json, in the node netns).
+daemon_status() {
+    nsenter --net="/var/run/netns/$NODE_NS" timeout 10 "$DAEMON_BIN" status --status-addr "$STATUS_ADDR" --json
+}
+
+# A figure of the daemon's /status: python3 expression over `s` (the JSON)
+# and `cid` (the container ID). Prints it; fails if the status is unreadable.
+status_of() { # CID EXPR
+    local json
+    json=$(daemon_status 2>&1) || {
+        echo "status unreadable: $json"
+        return 1
+    }
+    python3 -c '
+import json, sys
+s = json.loads(sys.stdin.read())
+cid = sys.argv[1]
+att = [a for a in s["attachments"] if a["containerId"] == cid]
+fwd = {f["name"]: f for a in att for f in a["forwards"]}
+print(eval(sys.argv[2]))
+' "$1" "$2" <<<"$json"
+}
+
+# Waits (bounded) until status_of CID EXPR prints True.
+wait_status() { # CID EXPR TIMEOUT
+    local deadline=$((SECONDS + $3))
+    while :; do
+        [[ $(status_of "$1" "$2" 2>/dev/null) == True ]] && return 0
+        [[ $SECONDS -lt $deadline ]] || return 1
+        sleep 0.2
+    done
+}
+
+# The plugin's CHECK for a running container, as a runtime would send it:
+# the network's config (from the conflist), prevResult from podman's CNI
+# cache. podman itself never sends CHECK.
+plugin_check() { # NETNAME CID SANDBOX -> exit status of the plugin; output on stdout
+    local conf
+    conf=$(python3 -c '
+import json, sys
+conflist = json.load(open(sys.argv[1]))
+cache = json.load(open(sys.argv[2]))
+conf = dict(conflist["plugins"][0], name=conflist["name"], cniVersion=conflist["cniVersion"])
+conf["prevResult"] = cache["result"]
+print(json.dumps(conf))
+' "$TESTDIR/net.d/$1.conflist" "$CNI_CACHE/$1-$2-eth0") || return 2
+    nsenter --net="/var/run/netns/$NODE_NS" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        CNI_COMMAND=CHECK CNI_CONTAINERID="$2" CNI_NETNS="$3" CNI_IFNAME=eth0 \
+        CNI_PATH="$TESTDIR/bin:/usr/lib/cni" timeout 20 "$TESTDIR/bin/edgelink" <<<"$conf" 2>&1
+}
+
+# Through the daemon: TCP and UDP from inside the container to the device.
+check_relay() { # CID SANDBOX
+    local cid=$1 sandbox=$2 got msg
+    msg="tcp-through-edgelinkd-$RANDOM"
+    got=$(nsenter --net="$sandbox" timeout 20 python3 -c "$CLIENT" tcp "$TCP_PORT" "$msg" 2>&1) || true
+    if [[ $got == "$msg" ]]; then ok "TCP relayed to the device and back ($TCP_PORT -> $DEVICE_IP:$TCP_PORT)"; else fail "TCP through the daemon: sent '$msg', got '$got'"; fi
+    msg="udp-through-edgelinkd-$RANDOM"
+    got=$(nsenter --net="$sandbox" timeout 20 python3 -c "$CLIENT" udp "$UDP_PORT" "$msg" 2>&1) || true
+    if [[ $got == "$msg" ]]; then ok "UDP relayed to the device and back ($UDP_PORT -> $DEVICE_IP:$UDP_PORT)"; else fail "UDP through the daemon: sent '$msg', got '$got'"; fi
+    if wait_status "$cid" 'fwd["api"]["totalConnections"] >= 1 and fwd["telemetry"]["udpDatagramsToTarget"] >= 1 and fwd["telemetry"]["udpDatagramsToClient"] >= 1' 10; then
+        ok "the daemon counted them (api totalConnections, telemetry udpDatagramsTo{Target,Client})"
+    else
+        fail "the daemon's counters did not move: $(status_of "$cid" 'fwd' 2>&1)"
+    fi
+}
+
+daemon_log_tail() {
+    [[ -n ${DAEMON_LOG:-} && -f $DAEMON_LOG ]] || return 0
+    echo "    --- edgelinkd log (last lines) ---"
+    tail -n 30 "$DAEMON_LOG" | indent
+}
+
+# Waits (bounded) until the daemon serves container CID with both forwards.
+wait_serving() { # CID WHAT
+    if wait_status "$1" 'len(att) == 1 and len(fwd) == 2 and all(f["listener"] == "listening" for f in fwd.values())' 15; then
+        ok "$2: edgelinkd serves the container's forwards api and telemetry"
+    else
+        fail "$2: edgelinkd does not serve the container's forwards: $(status_of "$1" 'att' 2>&1)"
+        daemon_log_tail
+        return 1
+    fi
+}
+
+# What the daemon does for a running container: relay, CHECK, restart.
+daemon_checks() { # NETNAME CID SANDBOX CASE
+    local net=$1 cid=$2 sandbox=$3 out rc
+    wait_serving "$cid" "after run -d" || return 0
+    check_relay "$cid" "$sandbox"
+
+    rc=0
+    out=$(plugin_check "$net" "$cid" "$sandbox") || rc=$?
+    if [[ $rc == 0 ]]; then ok "CHECK passes while edgelinkd serves the forwards"; else
+        fail "CHECK failed (exit $rc) while edgelinkd serves:"
+        indent <<<"$out"
+    fi
+    # CHECK asks the daemon: without it, the same CHECK fails.
+    stop_daemon
+    rc=0
+    out=$(plugin_check "$net" "$cid" "$sandbox") || rc=$?
+    if [[ $rc != 0 ]] && grep -q 'edgelinkd is not running' <<<"$out"; then
+        ok "CHECK fails while edgelinkd is stopped (exit $rc: the daemon is not running)"
+    else
+        fail "CHECK with edgelinkd stopped: exit $rc, expected a failure naming the daemon:"
+        indent <<<"$out"
+    fi
+    start_daemon "$4" || return 0
+    wait_serving "$cid" "edgelinkd restarted" || return 0
+    rc=0
+    out=$(plugin_check "$net" "$cid" "$sandbox") || rc=$?
+    if [[ $rc == 0 ]]; then ok "CHECK passes again"; else
+        fail "CHECK failed (exit $rc) after edgelinkd restarted:"
+        indent <<<"$out"
+    fi
+    check_relay "$cid" "$sandbox"
+}
+
 # ---------------------------------------------------------------- image
 build_image() {
     local root=$TESTDIR/rootfs applet
@@ -335,7 +604,7 @@ write_conflist() {
         else
             iface='"mode": "macvlan", "uplink": "'$UPLINK'"'
         fi
-        plugin='{"type": "edgelink", '$iface', "stateDir": "'$TESTDIR/state'", "ipam": '$ipam', "forwards": [{"name": "api", "protocol": "tcp", "port": 8080, "target": "'$DEVICE_IP':8080"}]}'
+        plugin='{"type": "edgelink", '$iface', "stateDir": "'$TESTDIR/state'", "ipam": '$ipam', "forwards": [{"name": "api", "protocol": "tcp", "port": '$TCP_PORT', "target": "'$DEVICE_IP:$TCP_PORT'"}, {"name": "telemetry", "protocol": "udp", "port": '$UDP_PORT', "target": "'$DEVICE_IP:$UDP_PORT'"}]}'
     fi
     local file=$TESTDIR/net.d/$net.conflist
     printf '{"cniVersion": "%s", "name": "%s", "plugins": [%s]}\n' "$ver" "$net" "$plugin" >"$file"
@@ -470,6 +739,10 @@ run_case() { # MODE VERSION
         ip -n "$NODE_NS" link set "$BRIDGE" up
     fi
     write_conflist "$mode" "$ver" "$net" >/dev/null
+    if [[ $REFERENCE == 0 ]]; then
+        start_device_servers
+        start_daemon "$mode-$ver" || return 0
+    fi
 
     local inspect
     if inspect=$(pod network inspect "$net" 2>&1); then
@@ -549,6 +822,7 @@ run_case() { # MODE VERSION
         recs=$(records_of "$cid" | tr '\n' ' ')
         if [[ -n $new ]]; then ok "attachment record(s) appeared: ${new//$TESTDIR\//}"; else fail "no attachment record appeared under state/attachments"; fi
         [[ -n $recs ]] || fail "no attachment record names container ${cid:0:12}"
+        daemon_checks "$net" "$cid" "$sandbox" "$mode-$ver"
     fi
 
     local extra
@@ -559,9 +833,26 @@ run_case() { # MODE VERSION
         [[ -z $extra ]] || fail "macvlan mode created links in the node netns: $extra"
     fi
 
+    local reaped=''
+    if [[ $REFERENCE == 0 ]]; then
+        reaped=$(status_of "$cid" 's["retiredLinksDeletedTotal"]' 2>&1) || {
+            fail "the daemon's status before rm -f: $reaped"
+            reaped=''
+        }
+    fi
     t0=$(now_ms)
     if pod rm -f -t 0 "$cid" >/dev/null 2>&1; then ok "podman rm -f"; else fail "podman rm -f $cid"; fi
     log "rm -f took $(($(now_ms) - t0)) ms"
+    if [[ $reaped =~ ^[0-9]+$ ]]; then
+        # podman's DEL retired the pod's interface and handed it to the
+        # daemon, which deleted it; the attachment is no longer served.
+        if wait_status "$cid" "s[\"retiredLinksDeletedTotal\"] > $reaped and len(att) == 0" 15; then
+            ok "DEL handed the pod's interface to edgelinkd, which deleted it (retiredLinksDeletedTotal $reaped -> $(status_of "$cid" 's["retiredLinksDeletedTotal"]'))"
+        else
+            fail "after rm -f: retiredLinksDeletedTotal still $reaped or the attachment still served: $(status_of "$cid" '(s["retiredLinksDeletedTotal"], att)' 2>&1)"
+            daemon_log_tail
+        fi
+    fi
     expect_clean "$mode" "$net" "$cid" "$sandbox" "after rm -f"
 }
 
@@ -589,7 +880,9 @@ for c in "${CASES[@]}"; do
         trap 'exit 130' INT
         trap 'exit 143' TERM
         # set -e ended the case: say where.
-        trap 'rc=$?; [[ $rc == 0 || $CASE_FAILS != 0 ]] || echo "    FAIL: aborted (status $rc) at: $BASH_COMMAND"' EXIT
+        # The daemon and the device's servers end with the case, whatever
+        # ended it.
+        trap 'rc=$?; [[ $rc == 0 || $CASE_FAILS != 0 ]] || echo "    FAIL: aborted (status $rc) at: $BASH_COMMAND"; stop_daemon; stop_device_servers' EXIT
         run_case "$mode" "$ver"
         exit $((CASE_FAILS > 0))
     )

@@ -120,6 +120,8 @@ pub struct Daemon {
     pub reclaimed: AtomicU64,
     /// Links the plugin's DEL retired and this daemon deleted.
     pub reaped: AtomicU64,
+    /// Upstream TCP sockets taken ready from a `--socket-pool`.
+    pub pool_taken: Arc<AtomicU64>,
     pub draining: AtomicBool,
     /// Wakes the reconcile loop (inotify, control socket).
     pub nudge: Notify,
@@ -149,6 +151,7 @@ impl Daemon {
             last_reconcile: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
             reaped: AtomicU64::new(0),
+            pool_taken: Arc::new(AtomicU64::new(0)),
             draining: AtomicBool::new(false),
             nudge: Notify::new(),
             changes: watch::channel(0).0,
@@ -335,9 +338,12 @@ impl Daemon {
                     let removed = self.map().remove(&k);
                     if let Some(a) = removed {
                         a.stop().await;
+                        changed = true;
                     }
-                    self.reclaim(&rec);
-                    changed = true;
+                    if self.release_delegated(&rec).await {
+                        self.reclaim(&rec);
+                        changed = true;
+                    }
                 }
                 Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. }) => {
                     tracing::warn!(netns = %rec.netns,
@@ -365,6 +371,33 @@ impl Daemon {
         !rec.netns.starts_with("/proc/")
             || rec.pid_namespace.is_none()
             || rec.pid_namespace == edgelink_attachment::own_pid_namespace()
+    }
+
+    /// The pod is gone without a DEL and its IPAM is delegated: run the
+    /// delegate's DEL. False when it failed: the record stays, and the next
+    /// pass tries again (a reservation is never dropped silently).
+    async fn release_delegated(&self, rec: &Record) -> bool {
+        if crate::delegate::plugin_of(rec).is_none() {
+            return true;
+        }
+        let dirs = self.args.cni_path.0.clone();
+        let r = rec.clone();
+        match tokio::task::spawn_blocking(move || crate::delegate::release(&r, &dirs)).await {
+            Ok(Ok(plugin)) => {
+                tracing::info!(container = %rec.container_id, ifname = %rec.ifname, ?plugin,
+                    "the delegated IPAM released the reservation");
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(container = %rec.container_id, ifname = %rec.ifname, error = %e,
+                    "cannot release the delegated IPAM reservation: keeping the record, retrying on the next pass");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "delegated IPAM release: the task failed");
+                false
+            }
+        }
     }
 
     /// The pod is gone without a DEL: release its address, drop its record.
@@ -493,7 +526,11 @@ impl Daemon {
         if a.forwards.is_empty() {
             return a;
         }
-        let factory = match Factory::start(ns, self.args.socket_pool as usize) {
+        let factory = match Factory::start(
+            ns,
+            self.args.socket_pool as usize,
+            self.pool_taken.clone(),
+        ) {
             Ok(f) => f,
             Err(e) => {
                 a.error = Some(format!("cannot enter netns {}: {e}", a.record.netns));

@@ -17,6 +17,7 @@ use futures_util::future::BoxFuture;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
@@ -36,6 +37,8 @@ pub struct Factory {
     pool4: Mutex<Vec<Socket>>,
     pool6: Mutex<Vec<Socket>>,
     pool_size: usize,
+    /// Upstream sockets handed out from the pool (the daemon's, for /metrics).
+    pool_taken: Arc<AtomicU64>,
 }
 
 fn tcp_socket(domain: Domain) -> io::Result<Socket> {
@@ -100,8 +103,13 @@ fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
 
 impl Factory {
     /// Start the thread inside `netns`. Fails if the namespace cannot be
-    /// entered.
-    pub fn start(netns: Netns, pool_size: usize) -> io::Result<Arc<Factory>> {
+    /// entered. Every socket taken from the ready pool counts in
+    /// `pool_taken`.
+    pub fn start(
+        netns: Netns,
+        pool_size: usize,
+        pool_taken: Arc<AtomicU64>,
+    ) -> io::Result<Arc<Factory>> {
         let (tx, rx) = mpsc::channel::<Request>();
         let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
         let f = Arc::new(Factory {
@@ -109,6 +117,7 @@ impl Factory {
             pool4: Mutex::new(Vec::new()),
             pool6: Mutex::new(Vec::new()),
             pool_size,
+            pool_taken,
         });
         let weak = Arc::downgrade(&f);
         let name = format!(
@@ -211,6 +220,7 @@ impl Factory {
             let pool = if v6 { &self.pool6 } else { &self.pool4 };
             let popped = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
             if let Some(s) = popped {
+                self.pool_taken.fetch_add(1, Ordering::Relaxed);
                 self.send(Request::Refill);
                 return Ok(s);
             }

@@ -77,7 +77,9 @@ async fn handle(
     })
 }
 
-/// Serve until the process ends.
+/// Serve until the process ends. Each connection is closed
+/// `--status-conn-timeout` after it was accepted (idle keep-alive or slow
+/// client alike).
 pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
     loop {
         let (stream, _) = match listener.accept().await {
@@ -108,11 +110,12 @@ pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
             }
         };
         let d = d.clone();
+        let limit = d.args.status_conn_timeout;
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| handle(d.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), conn).await;
+            let _ = tokio::time::timeout(limit, conn).await;
         });
     }
 }

@@ -148,6 +148,13 @@ pub fn render(d: &Daemon) -> String {
         "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
         reaped,
     );
+    let pool_taken: Counter = Counter::default();
+    pool_taken.inc_by(d.pool_taken.load(std::sync::atomic::Ordering::Relaxed));
+    reg.register(
+        "socket_pool_taken",
+        "Upstream TCP sockets taken ready from the --socket-pool",
+        pool_taken,
+    );
     let pipes = d.pipes.stats();
     let pipes_in_use: Gauge = Gauge::default();
     pipes_in_use.set(pipes.in_use as i64);

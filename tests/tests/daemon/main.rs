@@ -14,6 +14,7 @@ mod limits;
 mod nudge;
 mod pods;
 mod private_side;
+mod promises;
 mod records;
 mod restarts;
 mod security;
