@@ -82,18 +82,6 @@ fn absolute(s: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// Directories to look for delegated IPAM plugins in, like CNI_PATH.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dirs(pub Vec<PathBuf>);
-
-fn dirs(s: &str) -> Result<Dirs, String> {
-    let v: Vec<PathBuf> = s
-        .split(':')
-        .map(|d| absolute(d).map_err(|e| format!("{e} (in {s:?})")))
-        .collect::<Result<_, _>>()?;
-    Ok(Dirs(v))
-}
-
 fn pipe_size(s: &str) -> Result<usize, String> {
     let v: usize = s
         .parse()
@@ -189,11 +177,6 @@ pub struct RunArgs {
     /// accepted, whatever it is doing (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
     pub status_conn_timeout: Duration,
-    /// Where delegated IPAM plugins are (colon-separated, as CNI_PATH): the
-    /// daemon runs one's DEL when it reclaims an attachment whose pod went
-    /// without a DEL.
-    #[arg(long, default_value = "/opt/cni/bin", value_parser = dirs)]
-    pub cni_path: Dirs,
 }
 
 #[derive(Debug, Clone, Args)]

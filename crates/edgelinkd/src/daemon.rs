@@ -338,12 +338,9 @@ impl Daemon {
                     let removed = self.map().remove(&k);
                     if let Some(a) = removed {
                         a.stop().await;
-                        changed = true;
                     }
-                    if self.release_delegated(&rec).await {
-                        self.reclaim(&rec);
-                        changed = true;
-                    }
+                    self.reclaim(&rec);
+                    changed = true;
                 }
                 Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. }) => {
                     tracing::warn!(netns = %rec.netns,
@@ -371,33 +368,6 @@ impl Daemon {
         !rec.netns.starts_with("/proc/")
             || rec.pid_namespace.is_none()
             || rec.pid_namespace == edgelink_attachment::own_pid_namespace()
-    }
-
-    /// The pod is gone without a DEL and its IPAM is delegated: run the
-    /// delegate's DEL. False when it failed: the record stays, and the next
-    /// pass tries again (a reservation is never dropped silently).
-    async fn release_delegated(&self, rec: &Record) -> bool {
-        if crate::delegate::plugin_of(rec).is_none() {
-            return true;
-        }
-        let dirs = self.args.cni_path.0.clone();
-        let r = rec.clone();
-        match tokio::task::spawn_blocking(move || crate::delegate::release(&r, &dirs)).await {
-            Ok(Ok(plugin)) => {
-                tracing::info!(container = %rec.container_id, ifname = %rec.ifname, ?plugin,
-                    "the delegated IPAM released the reservation");
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(container = %rec.container_id, ifname = %rec.ifname, error = %e,
-                    "cannot release the delegated IPAM reservation: keeping the record, retrying on the next pass");
-                false
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "delegated IPAM release: the task failed");
-                false
-            }
-        }
     }
 
     /// The pod is gone without a DEL: release its address, drop its record.

@@ -6,7 +6,6 @@
 mod config;
 mod control;
 mod daemon;
-mod delegate;
 mod factory;
 mod fds;
 mod forward;

@@ -90,14 +90,6 @@ fn the_daemonset_runs_edgelinkd_with_what_it_uses() {
     assert_eq!(host, "/var/run/netns");
     assert_eq!(m["mountPropagation"], "HostToContainer");
 
-    // Delegated IPAM plugins, run on reclaim: the host's CNI bin dir at
-    // every --cni-path dir, read-only.
-    for dir in &args.cni_path.0 {
-        let (host, m) = mount(pod, c, dir.to_str().unwrap());
-        assert_eq!(host, "/opt/cni/bin", "--cni-path {}", dir.display());
-        assert_eq!(m["readOnly"], true, "--cni-path {}", dir.display());
-    }
-
     // Probes reach the status address the daemon binds.
     let addr = args.status_addr;
     for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/healthz")] {
