@@ -497,17 +497,7 @@ impl Lab {
     /// Reserved addresses in the built-in store of `network` (files named
     /// like an IP address).
     pub fn reserved(&self, network: &str) -> Vec<String> {
-        let dir = self.state.path().join("ipam").join(network);
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return Vec::new();
-        };
-        let mut v: Vec<String> = rd
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect();
-        v.sort();
-        v
+        ip_files(&self.state.path().join("ipam").join(network))
     }
 
     /// Attachment record files.
@@ -1205,4 +1195,20 @@ impl Lab {
         walk(&self.state.path().join("ipam"), hour_ago);
         walk(&self.state.path().join("attachments"), hour_ago);
     }
+}
+
+/// The names of the files in `dir` that are IP addresses, sorted: the
+/// reservations of the built-in IPAM, or of host-local. None if `dir` is
+/// missing.
+pub fn ip_files(dir: &std::path::Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+        .collect();
+    v.sort();
+    v
 }

@@ -360,20 +360,6 @@ fn exits_1_when_the_state_dir_cannot_be_made() {
     assert!(free.is_ok(), "{free:?}");
 }
 
-/// Addresses host-local holds in `dir` for network `NET`.
-fn host_local_ips(dir: &Path) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(dir.join(NET)) else {
-        return Vec::new();
-    };
-    let mut v: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-        .collect();
-    v.sort();
-    v
-}
-
 /// docs/architecture.md (Reconciliation): a pod with delegated IPAM that
 /// goes without a DEL is reclaimed like any other (listeners closed, the
 /// namespace let go, the record removed), and only the built-in IPAM's
@@ -402,7 +388,7 @@ fn a_pod_with_delegated_ipam_is_reclaimed_and_the_delegates_reservation_is_left_
     l.add();
     l.wait_serving();
     assert_eq!(l.net1_ip(), "172.31.250.170");
-    assert_eq!(host_local_ips(&hl), vec!["172.31.250.170"]);
+    assert_eq!(ip_files(&hl.join(NET)), vec!["172.31.250.170"]);
     assert!(l.lab.reserved(NET).is_empty(), "built-in IPAM was used");
     l.echo_once(b"through delegated IPAM\n");
 
@@ -423,5 +409,5 @@ fn a_pod_with_delegated_ipam_is_reclaimed_and_the_delegates_reservation_is_left_
         l.lab.host_veths()
     );
     // As documented: the delegate's reservation is its own GC's to release.
-    assert_eq!(host_local_ips(&hl), vec!["172.31.250.170"]);
+    assert_eq!(ip_files(&hl.join(NET)), vec!["172.31.250.170"]);
 }
