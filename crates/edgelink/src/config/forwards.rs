@@ -1,0 +1,149 @@
+//! `forwards[]`: the ports in the pod relayed to devices, validated into
+//! the records' [`Forward`]s.
+
+use super::{bad, get_uint, DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECTIONS, MAX_IDLE_TIMEOUT_MS};
+use crate::error::PluginError;
+use edgelink_attachment::{Forward, Protocol};
+use serde_json::{Map, Value};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, PluginError> {
+    let list = match o.get("forwards") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(bad("forwards", v, "is not an array")),
+    };
+    let mut out: Vec<Forward> = Vec::new();
+    let mut names = HashSet::new();
+    let mut ports = HashSet::new();
+    for (i, f) in list.iter().enumerate() {
+        let at = |k: &str| format!("forwards[{i}].{k}");
+        let Value::Object(fo) = f else {
+            return Err(bad(&format!("forwards[{i}]"), f, "is not an object"));
+        };
+        let name = match fo.get("name") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => return Err(bad(&at("name"), v, "is not a string")),
+            None => return Err(bad(&at("name"), &Value::Null, "is required")),
+        };
+        let valid_name = !name.is_empty()
+            && name.len() <= 15
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !name.starts_with('-')
+            && !name.ends_with('-');
+        if !valid_name {
+            return Err(bad(
+                &at("name"),
+                &Value::String(name),
+                "is not a valid port name ([a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 15 characters)",
+            ));
+        }
+        if !names.insert(name.clone()) {
+            return Err(bad(
+                &at("name"),
+                &Value::String(name),
+                "is used by another forward",
+            ));
+        }
+        let protocol = match fo.get("protocol") {
+            None | Some(Value::Null) => Protocol::Tcp,
+            Some(Value::String(s)) if s.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
+            Some(Value::String(s)) if s.eq_ignore_ascii_case("udp") => Protocol::Udp,
+            Some(v) => return Err(bad(&at("protocol"), v, "is not tcp or udp")),
+        };
+        let port = match get_uint(fo, "port", 1, 65535).map_err(|_| {
+            bad(
+                &at("port"),
+                fo.get("port").unwrap_or(&Value::Null),
+                "is not a port (1..=65535)",
+            )
+        })? {
+            Some(p) => p as u16,
+            None => return Err(bad(&at("port"), &Value::Null, "is required")),
+        };
+        if !ports.insert((protocol, port)) {
+            return Err(bad(
+                &at("port"),
+                &Value::from(port),
+                &format!("is used by another {protocol} forward"),
+            ));
+        }
+        let target = match fo.get("target") {
+            Some(Value::String(s)) => s.parse::<SocketAddr>().map_err(|_| {
+                bad(
+                    &at("target"),
+                    &Value::String(s.clone()),
+                    "is not IP:port or [IPv6]:port",
+                )
+            })?,
+            Some(v) => return Err(bad(&at("target"), v, "is not a string")),
+            None => return Err(bad(&at("target"), &Value::Null, "is required")),
+        };
+        if target.port() == 0 || target.ip().is_unspecified() || target.ip().is_multicast() {
+            return Err(bad(
+                &at("target"),
+                &Value::String(target.to_string()),
+                "is not a unicast address with a non-zero port",
+            ));
+        }
+        let connect_timeout_ms = get_uint(fo, "connectTimeoutMs", 1, 600_000)
+            .map_err(|_| {
+                bad(
+                    &at("connectTimeoutMs"),
+                    fo.get("connectTimeoutMs").unwrap_or(&Value::Null),
+                    "is not an integer in 1..=600000",
+                )
+            })?
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
+        // The relay's bounds (TCP only): 0 means never; below a second a
+        // quiet but healthy session would be cut between two requests.
+        let tcp_only = |k: &str| -> Result<(), PluginError> {
+            match fo.get(k) {
+                Some(v) if !v.is_null() && protocol != Protocol::Tcp => Err(bad(
+                    &at(k),
+                    v,
+                    &format!("(forward {name:?}) is only valid with protocol tcp"),
+                )),
+                _ => Ok(()),
+            }
+        };
+        tcp_only("idleTimeoutMs")?;
+        tcp_only("maxConnections")?;
+        let idle_timeout_ms = match get_uint(fo, "idleTimeoutMs", 0, MAX_IDLE_TIMEOUT_MS) {
+            Ok(Some(ms)) if ms > 0 && ms < 1000 => Err(()),
+            Ok(v) => Ok(v),
+            Err(_) => Err(()),
+        }
+        .map_err(|_| {
+            bad(
+                &at("idleTimeoutMs"),
+                fo.get("idleTimeoutMs").unwrap_or(&Value::Null),
+                &format!(
+                    "(forward {name:?}) is not 0 (never) or an integer in 1000..={MAX_IDLE_TIMEOUT_MS}"
+                ),
+            )
+        })?;
+        let max_connections = get_uint(fo, "maxConnections", 1, MAX_CONNECTIONS)
+            .map_err(|_| {
+                bad(
+                    &at("maxConnections"),
+                    fo.get("maxConnections").unwrap_or(&Value::Null),
+                    &format!("(forward {name:?}) is not an integer in 1..={MAX_CONNECTIONS}"),
+                )
+            })?
+            .map(|n| n as u32);
+        out.push(Forward {
+            name,
+            protocol,
+            port,
+            target,
+            connect_timeout_ms,
+            idle_timeout_ms,
+            max_connections,
+        });
+    }
+    Ok(out)
+}
