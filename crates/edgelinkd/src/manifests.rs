@@ -175,11 +175,17 @@ fn the_init_container_installs_the_plugin_into_the_hosts_cni_bin() {
     assert_eq!(host, DEFAULT_STATE_DIR);
     // The image has the plugin and the script where the manifest says.
     let dockerfile = std::fs::read_to_string(repo().join("daemonset/Dockerfile")).unwrap();
+    let offline = std::fs::read_to_string(repo().join("scripts/image-offline.sh")).unwrap();
     let script = strings(&init["command"]).remove(0);
     for path in [env("SRC"), script] {
         assert!(
             dockerfile.contains(&path),
             "the Dockerfile puts nothing at {path}"
+        );
+        // scripts/image-offline.sh installs into "$root$path".
+        assert!(
+            offline.contains(&format!("\"$root{path}\"")),
+            "scripts/image-offline.sh puts nothing at {path}"
         );
     }
     // Copy to a temporary name, then rename(2): a running binary is never
