@@ -229,10 +229,22 @@ const MIN_KUBERNETES: (u32, u32) = (1, 20);
 /// (kind, path, the minor version that added it). `*` is every element of
 /// a list; a path under `pod.` is looked up in every pod template.
 const NEWER_FIELDS: &[(&str, &str, u32)] = &[
-    ("DaemonSet", "spec.updateStrategy.rollingUpdate.maxSurge", 21),
+    (
+        "DaemonSet",
+        "spec.updateStrategy.rollingUpdate.maxSurge",
+        21,
+    ),
     ("StatefulSet", "spec.minReadySeconds", 22),
-    ("StatefulSet", "spec.persistentVolumeClaimRetentionPolicy", 23),
-    ("StatefulSet", "spec.updateStrategy.rollingUpdate.maxUnavailable", 24),
+    (
+        "StatefulSet",
+        "spec.persistentVolumeClaimRetentionPolicy",
+        23,
+    ),
+    (
+        "StatefulSet",
+        "spec.updateStrategy.rollingUpdate.maxUnavailable",
+        24,
+    ),
     ("StatefulSet", "spec.ordinals", 26),
     ("Service", "spec.internalTrafficPolicy", 21),
     ("Service", "spec.loadBalancerClass", 21),
@@ -270,7 +282,11 @@ fn pod_specs(doc: &Value) -> Vec<&Value> {
         lookup(doc, &["spec"], &mut out);
     }
     lookup(doc, &["spec", "template", "spec"], &mut out);
-    lookup(doc, &["spec", "jobTemplate", "spec", "template", "spec"], &mut out);
+    lookup(
+        doc,
+        &["spec", "jobTemplate", "spec", "template", "spec"],
+        &mut out,
+    );
     out
 }
 
@@ -377,4 +393,77 @@ fn the_newer_fields_check_finds_maxsurge_in_a_daemonset() {
     assert_ne!(with_surge, text, "the rollingUpdate block moved");
     let doc: Value = serde_norway::from_str(&with_surge).unwrap();
     assert_eq!(newer_fields(&doc, MIN_KUBERNETES).len(), 1);
+}
+
+/// The proxy pods of cni-conf/expose-a-device/ (and its variants): the
+/// device sees their net1 address, which must survive a pod's
+/// replacement. Sticky addresses key on the pod's namespace and name, so
+/// the proxies are StatefulSets of one pod pinned to one node: a
+/// replacement has the same name, on the same node (whose IPAM store holds
+/// the memory).
+#[test]
+fn expose_a_device_proxies_keep_their_name_and_node() {
+    let mut files = Vec::new();
+    for p in all_manifests() {
+        if p.components().any(|c| c.as_os_str() == "expose-a-device") {
+            files.push(p);
+        }
+    }
+    let docs: Vec<Value> = files.iter().flat_map(|p| documents(p)).collect();
+    let service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service")
+        .expect("a Service in expose-a-device/");
+    let proxies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| {
+            !pod_specs(d).is_empty()
+                && d["spec"]["template"]["metadata"]["annotations"]
+                    .get("k8s.v1.cni.cncf.io/networks")
+                    .is_some()
+        })
+        .collect();
+    assert!(proxies.len() >= 2, "statefulset.yaml and two-edge-nodes/");
+    let subset = |sel: &Value, labels: &Value| {
+        sel.as_object()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| labels[k] == *v))
+    };
+    let mut nodes = Vec::new();
+    for p in &proxies {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        assert_eq!(
+            p["kind"], "StatefulSet",
+            "{name}: a Deployment's replacement pod has a new name, hence a new sticky address"
+        );
+        assert_eq!(p["spec"]["replicas"], 1, "{name}: one pod, <name>-0");
+        assert_eq!(p["spec"]["serviceName"], service["metadata"]["name"]);
+        let labels = &p["spec"]["template"]["metadata"]["labels"];
+        assert!(
+            subset(&p["spec"]["selector"]["matchLabels"], labels),
+            "{name}: selector"
+        );
+        assert!(
+            subset(&service["spec"]["selector"], labels),
+            "{name}: the Service does not select it"
+        );
+        // Pinned to one node, and labelled with it: the labels keep the
+        // selectors of two proxies of one device apart.
+        let node = p["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: not pinned to a node"));
+        assert_eq!(labels["edgelink.io/node"], node, "{name}");
+        assert_eq!(
+            p["spec"]["selector"]["matchLabels"]["edgelink.io/node"], node,
+            "{name}"
+        );
+        nodes.push(node.to_string());
+    }
+    let mut distinct = nodes.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        nodes.len(),
+        "two proxies of one device on one node: {nodes:?}"
+    );
 }
