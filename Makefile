@@ -34,6 +34,9 @@ release:
 # edgelinkd in an image with no libc (make image-offline).
 static:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink -p edgelinkd --target $(HOST)
+	@for b in target/$(HOST)/release/edgelink target/$(HOST)/release/edgelinkd; do \
+		if readelf -lW $$b | grep -q 'program interpreter'; then echo "$$b is dynamically linked" >&2; exit 1; fi; \
+	done
 
 lint:
 	$(CARGO) fmt --all -- --check
