@@ -10,13 +10,16 @@ DEPS  := scripts/install-deps.sh
 # A separate --target build keeps proc-macros (host artifacts) dynamic.
 HOST   := $(shell rustc -vV | sed -n 's/^host: //p')
 PLUGIN := target/$(HOST)/release/edgelink
+# edgelinkd is built the same way (target/$(HOST)/release/edgelinkd); it
+# resolves names (--status-webhook only) with glibc's built-in files and dns
+# sources, which need no shared library at run time.
 # `make image`: one image with both binaries (daemonset/Dockerfile), built by
 # the first of docker, podman, buildah found unless CONTAINER_BUILDER is set.
 VERSION           ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
 IMAGE             ?= edgelink:$(VERSION)
 CONTAINER_BUILDER ?= $(notdir $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null))))
 
-.PHONY: all build release lint lint-vagrant test test-unit test-e2e e2e-vagrant demo bench image install-yaml clean
+.PHONY: all build release static image-offline lint lint-vagrant test test-unit test-e2e e2e-vagrant demo bench image install-yaml clean
 
 all: build
 
@@ -25,7 +28,15 @@ build:
 
 release:
 	$(CARGO) build --release --workspace
-	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink --target $(HOST)
+	$(MAKE) static
+
+# The two binaries that ship, linked statically: the plugin runs on the host,
+# edgelinkd in an image with no libc (make image-offline).
+static:
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink -p edgelinkd --target $(HOST)
+	@for b in target/$(HOST)/release/edgelink target/$(HOST)/release/edgelinkd; do \
+		if readelf -lW $$b | grep -q 'program interpreter'; then echo "$$b is dynamically linked" >&2; exit 1; fi; \
+	done
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -35,7 +46,8 @@ lint:
 # Unit tests, kernel tests in namespaces, scenario tests driving the built
 # plugin, the manifests against the code (YAML parses, NAD configs pass the
 # plugin's validation, the DaemonSet mounts what the binaries use), the
-# bench's pass/fail checks (scripts/bench/test_verdict.py), the
+# bench's pass/fail checks (scripts/bench/test_verdict.py), the offline
+# image's archive (scripts/image/test_image_offline.py), the
 # end-to-end test with podman as the runtime, then shellcheck on every
 # script and vagrant validate (scripts/check-vagrant.sh).
 test:
@@ -43,6 +55,8 @@ test:
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace --no-fail-fast
 	python3 -m unittest discover -s scripts/bench -p 'test_*.py'
+	$(MAKE) static
+	python3 -m unittest discover -s scripts/image -p 'test_*.py'
 	tests/e2e/podman.sh target/debug/edgelink
 	scripts/check-vagrant.sh
 
@@ -86,6 +100,15 @@ bench:
 image:
 	@test -n "$(CONTAINER_BUILDER)" || { echo "make image: no container builder: install docker, podman or buildah, or set CONTAINER_BUILDER" >&2; exit 1; }
 	$(CONTAINER_BUILDER) build -f daemonset/Dockerfile -t $(IMAGE) .
+
+# The same image without a registry, a base image or a builder: an OCI
+# archive (target/image/edgelink-$(VERSION).oci.tar) of a root filesystem
+# with the static binaries, install-cni.sh and busybox-static. On a node:
+# ctr -n k8s.io images import target/image/edgelink-$(VERSION).oci.tar
+image-offline:
+	$(DEPS) test
+	$(MAKE) static
+	VERSION=$(VERSION) scripts/image-offline.sh
 
 # daemonset/install.yaml from the manifests beside it (`make lint` checks it).
 install-yaml:

@@ -84,11 +84,15 @@ fn the_daemonset_runs_edgelinkd_with_what_it_uses() {
     );
 
     // Pod network namespaces: records hold the runtime's paths
-    // (/var/run/netns/... for containerd and CRI-O), opened as they are,
-    // including those mounted after the daemon started.
-    let (host, m) = mount(pod, c, "/var/run/netns");
-    assert_eq!(host, "/var/run/netns");
+    // (/var/run/netns/... or /run/netns/...), opened as they are, including
+    // those mounted after the daemon started. The host path is /run/netns:
+    // containerd checks the propagation of the literal path, and through
+    // the /var/run symlink it finds / (refused when / is private). The
+    // image makes /var/run lead to /run, so both spellings reach it.
+    let (host, m) = mount(pod, c, "/run/netns");
+    assert_eq!(host, "/run/netns");
     assert_eq!(m["mountPropagation"], "HostToContainer");
+    assert_no_var_run_host_path(pod);
 
     // Probes reach the status address the daemon binds.
     let addr = args.status_addr;
@@ -138,6 +142,20 @@ fn the_daemonset_runs_edgelinkd_with_what_it_uses() {
     assert_eq!(pod["nodeSelector"]["edgelink.io/edge"], "true");
 }
 
+/// No hostPath under /var/run: a propagated mount there is refused on a node
+/// whose / is a private mount (the runtime resolves the symlink to /).
+fn assert_no_var_run_host_path(pod: &Value) {
+    for v in pod["volumes"].as_array().into_iter().flatten() {
+        if let Some(path) = v["hostPath"]["path"].as_str() {
+            assert!(
+                !path.starts_with("/var/run/"),
+                "volume {}: hostPath {path}: use /run/... (/var/run is a symlink)",
+                v["name"]
+            );
+        }
+    }
+}
+
 #[test]
 fn the_init_container_installs_the_plugin_into_the_hosts_cni_bin() {
     let ds = daemonset();
@@ -157,11 +175,17 @@ fn the_init_container_installs_the_plugin_into_the_hosts_cni_bin() {
     assert_eq!(host, DEFAULT_STATE_DIR);
     // The image has the plugin and the script where the manifest says.
     let dockerfile = std::fs::read_to_string(repo().join("daemonset/Dockerfile")).unwrap();
+    let offline = std::fs::read_to_string(repo().join("scripts/image-offline.sh")).unwrap();
     let script = strings(&init["command"]).remove(0);
     for path in [env("SRC"), script] {
         assert!(
             dockerfile.contains(&path),
             "the Dockerfile puts nothing at {path}"
+        );
+        // scripts/image-offline.sh installs into "$root$path".
+        assert!(
+            offline.contains(&format!("\"$root{path}\"")),
+            "scripts/image-offline.sh puts nothing at {path}"
         );
     }
     // Copy to a temporary name, then rename(2): a running binary is never
@@ -194,4 +218,252 @@ fn install_yaml_is_the_manifests_concatenated() {
             );
         }
     }
+}
+
+/// The oldest Kubernetes the manifests are written for (docs/install.md,
+/// "Supported Kubernetes versions"): the lab's v1.20.2.
+const MIN_KUBERNETES: (u32, u32) = (1, 20);
+
+/// Fields the API server of an older Kubernetes refuses (or, for pod
+/// fields, drops) that a manifest of this repository could plausibly use:
+/// (kind, path, the minor version that added it). `*` is every element of
+/// a list; a path under `pod.` is looked up in every pod template.
+const NEWER_FIELDS: &[(&str, &str, u32)] = &[
+    (
+        "DaemonSet",
+        "spec.updateStrategy.rollingUpdate.maxSurge",
+        21,
+    ),
+    ("StatefulSet", "spec.minReadySeconds", 22),
+    (
+        "StatefulSet",
+        "spec.persistentVolumeClaimRetentionPolicy",
+        23,
+    ),
+    (
+        "StatefulSet",
+        "spec.updateStrategy.rollingUpdate.maxUnavailable",
+        24,
+    ),
+    ("StatefulSet", "spec.ordinals", 26),
+    ("Service", "spec.internalTrafficPolicy", 21),
+    ("Service", "spec.loadBalancerClass", 21),
+    ("*", "pod.os", 23),
+    ("*", "pod.hostUsers", 25),
+    ("*", "pod.schedulingGates", 26),
+    ("*", "pod.resourceClaims", 26),
+    ("*", "pod.topologySpreadConstraints.*.minDomains", 24),
+    ("*", "pod.topologySpreadConstraints.*.matchLabelKeys", 25),
+    ("*", "pod.initContainers.*.restartPolicy", 28),
+    ("*", "pod.containers.*.resizePolicy", 27),
+];
+
+/// The values at `path` in `v` (`*` expands a list).
+fn lookup<'a>(v: &'a Value, path: &[&str], out: &mut Vec<&'a Value>) {
+    match path.split_first() {
+        None => out.push(v),
+        Some((&"*", rest)) => {
+            for e in v.as_array().into_iter().flatten() {
+                lookup(e, rest, out);
+            }
+        }
+        Some((key, rest)) => {
+            if let Some(next) = v.get(*key) {
+                lookup(next, rest, out);
+            }
+        }
+    }
+}
+
+/// The pod specs of a manifest: a Pod's spec, or a workload's template.
+fn pod_specs(doc: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    if doc["kind"] == "Pod" {
+        lookup(doc, &["spec"], &mut out);
+    }
+    lookup(doc, &["spec", "template", "spec"], &mut out);
+    lookup(
+        doc,
+        &["spec", "jobTemplate", "spec", "template", "spec"],
+        &mut out,
+    );
+    out
+}
+
+/// The fields of `doc` newer than `floor`, as "Kind/name: path (1.N)".
+fn newer_fields(doc: &Value, floor: (u32, u32)) -> Vec<String> {
+    let mut found = Vec::new();
+    for &(kind, path, since) in NEWER_FIELDS {
+        if (1, since) <= floor || (kind != "*" && doc["kind"] != kind) {
+            continue;
+        }
+        let mut hits = Vec::new();
+        let parts: Vec<&str> = path.split('.').collect();
+        if parts[0] == "pod" {
+            for pod in pod_specs(doc) {
+                lookup(pod, &parts[1..], &mut hits);
+            }
+        } else {
+            lookup(doc, &parts, &mut hits);
+        }
+        if !hits.is_empty() {
+            found.push(format!(
+                "{}/{}: {path} (Kubernetes 1.{since})",
+                doc["kind"].as_str().unwrap_or("?"),
+                doc["metadata"]["name"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    found
+}
+
+/// Every manifest a user applies: daemonset/ and cni-conf/ (recursively).
+fn all_manifests() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "yaml") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo().join("daemonset"), &mut out);
+    walk(&repo().join("cni-conf"), &mut out);
+    out
+}
+
+#[test]
+fn no_manifest_uses_a_field_newer_than_the_oldest_supported_kubernetes() {
+    let mut found = Vec::new();
+    for path in all_manifests() {
+        for doc in documents(&path) {
+            for f in newer_fields(&doc, MIN_KUBERNETES) {
+                found.push(format!("{}: {f}", path.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "fields that Kubernetes {}.{} refuses:\n{}",
+        MIN_KUBERNETES.0,
+        MIN_KUBERNETES.1,
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_newer_fields_check_finds_maxsurge_in_a_daemonset() {
+    // The DaemonSet as it was shipped before: 1.20 refused it with
+    // `unknown field "maxSurge" in io.k8s.api.apps.v1.RollingUpdateDaemonSet`.
+    let old: Value = serde_norway::from_str(
+        "kind: DaemonSet\nmetadata: {name: edgelinkd}\n\
+         spec:\n  updateStrategy:\n    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 1, maxSurge: 0}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        newer_fields(&old, (1, 20)),
+        ["DaemonSet/edgelinkd: spec.updateStrategy.rollingUpdate.maxSurge (Kubernetes 1.21)"]
+    );
+    assert!(newer_fields(&old, (1, 21)).is_empty(), "1.21 has it");
+    // A Deployment's maxSurge is as old as Deployments.
+    let deploy: Value = serde_norway::from_str(
+        "kind: Deployment\nmetadata: {name: d}\nspec: {strategy: {rollingUpdate: {maxSurge: 0}}}\n",
+    )
+    .unwrap();
+    assert!(newer_fields(&deploy, (1, 20)).is_empty());
+    // Pod fields are found in templates, in lists too.
+    let sts: Value = serde_norway::from_str(
+        "kind: StatefulSet\nmetadata: {name: s}\nspec:\n  template:\n    spec:\n      os: {name: linux}\n      initContainers: [{name: a, restartPolicy: Always}]\n",
+    )
+    .unwrap();
+    assert_eq!(newer_fields(&sts, (1, 20)).len(), 2);
+    // The old daemonset.yaml itself, through the same walk as the real test.
+    let text = std::fs::read_to_string(repo().join("daemonset/daemonset.yaml")).unwrap();
+    let with_surge = text.replace(
+        "      maxUnavailable: 1\n",
+        "      maxUnavailable: 1\n      maxSurge: 0\n",
+    );
+    assert_ne!(with_surge, text, "the rollingUpdate block moved");
+    let doc: Value = serde_norway::from_str(&with_surge).unwrap();
+    assert_eq!(newer_fields(&doc, MIN_KUBERNETES).len(), 1);
+}
+
+/// The proxy pods of cni-conf/expose-a-device/ (and its variants): the
+/// device sees their net1 address, which must survive a pod's
+/// replacement. Sticky addresses key on the pod's namespace and name, so
+/// the proxies are StatefulSets of one pod pinned to one node: a
+/// replacement has the same name, on the same node (whose IPAM store holds
+/// the memory).
+#[test]
+fn expose_a_device_proxies_keep_their_name_and_node() {
+    let mut files = Vec::new();
+    for p in all_manifests() {
+        if p.components().any(|c| c.as_os_str() == "expose-a-device") {
+            files.push(p);
+        }
+    }
+    let docs: Vec<Value> = files.iter().flat_map(|p| documents(p)).collect();
+    let service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service")
+        .expect("a Service in expose-a-device/");
+    let proxies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| {
+            !pod_specs(d).is_empty()
+                && d["spec"]["template"]["metadata"]["annotations"]
+                    .get("k8s.v1.cni.cncf.io/networks")
+                    .is_some()
+        })
+        .collect();
+    assert!(proxies.len() >= 2, "statefulset.yaml and two-edge-nodes/");
+    let subset = |sel: &Value, labels: &Value| {
+        sel.as_object()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| labels[k] == *v))
+    };
+    let mut nodes = Vec::new();
+    for p in &proxies {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        assert_eq!(
+            p["kind"], "StatefulSet",
+            "{name}: a Deployment's replacement pod has a new name, hence a new sticky address"
+        );
+        assert_eq!(p["spec"]["replicas"], 1, "{name}: one pod, <name>-0");
+        assert_eq!(p["spec"]["serviceName"], service["metadata"]["name"]);
+        let labels = &p["spec"]["template"]["metadata"]["labels"];
+        assert!(
+            subset(&p["spec"]["selector"]["matchLabels"], labels),
+            "{name}: selector"
+        );
+        assert!(
+            subset(&service["spec"]["selector"], labels),
+            "{name}: the Service does not select it"
+        );
+        // Pinned to one node, and labelled with it: the labels keep the
+        // selectors of two proxies of one device apart.
+        let node = p["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: not pinned to a node"));
+        assert_eq!(labels["edgelink.io/node"], node, "{name}");
+        assert_eq!(
+            p["spec"]["selector"]["matchLabels"]["edgelink.io/node"], node,
+            "{name}"
+        );
+        nodes.push(node.to_string());
+    }
+    let mut distinct = nodes.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        nodes.len(),
+        "two proxies of one device on one node: {nodes:?}"
+    );
 }

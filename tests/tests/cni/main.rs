@@ -13,3 +13,4 @@ mod macvlan;
 mod records;
 mod review_plugin;
 mod runtimes;
+mod sticky_pod;
