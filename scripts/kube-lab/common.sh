@@ -33,3 +33,4 @@ stamp_set() { printf '%s\n' "$2" >"$1"; }
 
 PAUSE_IMAGE=localhost/kube-lab/pause:busybox
 CLIENT_IMAGE=localhost/kube-lab/busybox:1
+ROOTS=$RUN/roots                         # the lab mount namespace's /opt, /etc/cni, /var/lib, /var/log, /run
