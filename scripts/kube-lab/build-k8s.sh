@@ -5,6 +5,11 @@ set -euo pipefail
 # shellcheck source=scripts/kube-lab/common.sh
 . "$(dirname "$0")/common.sh"
 
+# One build at a time: a second caller waits for the first.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build-k8s.lock"
+flock 9
+
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 key="k8s $K8S_VERSION deb $K8S_DEB_SRC_VERSION $(go version 2>/dev/null || echo nogo)"
 if stamp_ok "$BIN/.stamp-k8s" "$key"; then
