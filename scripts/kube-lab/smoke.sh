@@ -86,7 +86,7 @@ dev() { [[ $(ip netns exec "$NODE_NS" ip -br link show eth1) == eth1@* ]] &&
   ip netns exec "$DEVICE_NS" python3 "$HERE/../lab/echo.py" http-get "$DEVICE_IP" 80 3 >/dev/null; }
 check "device01-01 serves TCP/UDP/HTTP on $DEVICE_IP (from inside its namespace)" dev
 kc -n "$NS" get pods -o wide
-kc -n "$NS" exec attached -- ip -br addr
+kc -n "$NS" exec attached -- ip -4 -o addr || true
 kc delete namespace "$NS" --wait=false >/dev/null
 echo "$pass passed, $fail failed"
 ((fail == 0))
