@@ -37,23 +37,40 @@ lab_pids() {
     }' | grep -vx "$$" || true
 }
 
-mapfile -t pids < <(lab_pids)
-if ((${#pids[@]})); then
-  log "stopping ${#pids[@]} processes"
-  kill -TERM "${pids[@]}" 2>/dev/null || true
+# stop_pids PID...: TERM, up to 10 s, then KILL.
+stop_pids() {
+  (($#)) || return 0
+  local p i alive left=()
+  kill -TERM "$@" 2>/dev/null || true
   for ((i = 0; i < 20; i++)); do
     alive=0
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    ((alive)) || break
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || return 0
     sleep 0.5
   done
-  mapfile -t left < <(for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && echo "$p"; done)
+  for p in "$@"; do kill -0 "$p" 2>/dev/null && left+=("$p"); done
   if ((${#left[@]})); then
-    log "killing ${#left[@]} that did not stop"
+    log "killing ${#left[@]} that did not stop in 10 s"
     kill -KILL "${left[@]}" 2>/dev/null || true
     sleep 1
   fi
+}
+recorded() { local f=$RUN/pids/$1.pid; [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"; return 0; }
+
+# The node and its containers first, then the control plane, then etcd (the
+# apiserver does not stop promptly once etcd is gone).
+mapfile -t cp < <(for c in kube-apiserver kube-controller-manager kube-scheduler etcd; do recorded "$c"; done)
+mapfile -t pids < <(lab_pids | grep -vxF -f <(printf '%s\n' "${cp[@]}" 0) || true)
+if ((${#pids[@]})); then
+  log "stopping ${#pids[@]} processes: node, containers, device"
+  stop_pids "${pids[@]}"
 fi
+mapfile -t pids < <(for c in kube-apiserver kube-controller-manager kube-scheduler; do recorded "$c"; done)
+if ((${#pids[@]})); then log "stopping the control plane"; stop_pids "${pids[@]}"; fi
+mapfile -t pids < <(recorded etcd)
+if ((${#pids[@]})); then log "stopping etcd"; stop_pids "${pids[@]}"; fi
+mapfile -t pids < <(lab_pids)
+if ((${#pids[@]})); then log "stopping ${#pids[@]} left"; stop_pids "${pids[@]}"; fi
 
 # The mount namespace: unmounting its handle frees it and everything mounted
 # inside (pod netns, kubelet volumes, overlay rootfs).
