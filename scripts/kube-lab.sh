@@ -29,6 +29,9 @@ case $cmd in
     echo "export KUBECONFIG=$RUN/kube/admin.kubeconfig"
     echo "export PATH=$BIN:\$PATH"
     echo "export KUBE_LAB_NODE_NS=$NODE_NS"
+    echo "export KUBE_LAB_MOUNT_NS=$RUN/ns/mnt"
+    echo "export KUBE_LAB_CONTAINERD_SOCK=$RUN/containerd/containerd.sock"
+    echo "# the node's own view (/opt/cni/bin, /var/lib/kubelet, /run/netns): nsenter --mount=$RUN/ns/mnt --net=/run/netns/$NODE_NS sh"
     echo "# kubectl runs in the node namespace: ip netns exec $NODE_NS kubectl get nodes"
     ;;
   status) "$HERE/status.sh" ;;

@@ -343,8 +343,10 @@ dev_start device-udp serve-udp "$DEVICE_IP" 5000
 dev_start device-http serve-http "$DEVICE_IP" 80
 
 # --- 12. edgelink: image import and install.yaml (the image helper's part) -------------------------------------
+# The hook gets the lab's coordinates in its environment.
 if [[ -x $HERE/edgelink.sh ]]; then
-  KUBECONFIG=$KUBECONFIG "$HERE/edgelink.sh" install
+  KUBECONFIG=$KUBECONFIG KUBE_LAB_NODE_NS=$NODE_NS KUBE_LAB_MOUNT_NS=$RUN/ns/mnt \
+    KUBE_LAB_CONTAINERD_SOCK=$SOCK KUBE_LAB_BIN=$BIN KUBE_LAB_RUN=$RUN "$HERE/edgelink.sh" install
 else
   log "skipped edgelink install: no scripts/kube-lab/edgelink.sh"
 fi
