@@ -34,3 +34,20 @@ stamp_set() { printf '%s\n' "$2" >"$1"; }
 PAUSE_IMAGE=localhost/kube-lab/pause:busybox
 CLIENT_IMAGE=localhost/kube-lab/busybox:1
 ROOTS=$RUN/roots                         # the lab mount namespace's /opt, /etc/cni, /var/lib, /var/log, /run
+
+# A recorded process: $RUN/pids/NAME.pid holds "PID STARTTIME" (field 22 of
+# /proc/PID/stat), so a PID reused by another process is not taken for it.
+record_pid() {
+  local st
+  st=$(awk '{print $22}' "/proc/$2/stat" 2>/dev/null || echo 0)
+  printf '%s %s\n' "$2" "$st" >"$RUN/pids/$1.pid"
+}
+# recorded_pid NAME: print the PID if that process still runs
+recorded_pid() {
+  local f=$RUN/pids/$1.pid pid st
+  [[ -f $f ]] || return 0
+  read -r pid st <"$f" || return 0
+  [[ $pid =~ ^[0-9]+$ ]] || return 0
+  if [[ -n ${st:-} && $(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null) == "$st" ]]; then echo "$pid"; fi
+  return 0
+}

@@ -14,8 +14,8 @@ lab_pids() {
   local seeds=() p f ns=""
   for f in "$RUN"/pids/*.pid; do
     [[ -f $f ]] || continue
-    p=$(cat "$f")
-    [[ $p =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null && seeds+=("$p")
+    p=$(recorded_pid "$(basename "$f" .pid)")
+    [[ -n $p ]] && seeds+=("$p")
   done
   if [[ -f $RUN/ns/mnt ]] && mountpoint -q "$RUN/ns/mnt"; then
     ns=$(stat -L -c %i "$RUN/ns/mnt" 2>/dev/null || true)
@@ -55,7 +55,7 @@ stop_pids() {
     sleep 1
   fi
 }
-recorded() { local f=$RUN/pids/$1.pid; [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"; return 0; }
+recorded() { recorded_pid "$1"; }
 
 # The node and its containers first, then the control plane, then etcd (the
 # apiserver does not stop promptly once etcd is gone).

@@ -11,7 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 [[ $(id -u) == 0 ]] || die "run as root"
 if ! [[ -f $RUN/ns/mnt ]] || ! mountpoint -q "$RUN/ns/mnt"; then die "the lab is not up"; fi
 
-pid_of() { local f=$RUN/pids/$1.pid; [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"; return 0; }
+pid_of() { recorded_pid "$1"; }
 ns=$(stat -L -c %i "$RUN/ns/mnt")
 # containerd's shims: in the lab's mount namespace, not recorded by `up`
 mapfile -t shims < <(for p in $(pgrep -f containerd-shim-runc-v2 || true); do

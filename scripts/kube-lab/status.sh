@@ -16,12 +16,12 @@ for ns in "$NODE_NS" "$PEER_NS" "$DEVICE_NS"; do
 done
 if [[ -f $RUN/ns/mnt ]] && mountpoint -q "$RUN/ns/mnt"; then row mountns present; else row mountns absent; fi
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy device-tcp device-udp device-http; do
-  f=$RUN/pids/$c.pid
-  if [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; then row "$c" "running (pid $(cat "$f"))"
-  elif [[ -f $f ]]; then row "$c" "dead (pid $(cat "$f"), log $RUN/logs/$c.log)"
+  f=$RUN/pids/$c.pid p=$(recorded_pid "$c")
+  if [[ -n $p ]]; then row "$c" "running (pid $p)"
+  elif [[ -f $f ]]; then row "$c" "dead (log $RUN/logs/$c.log)"
   else row "$c" "not started"; fi
 done
-if [[ -f $RUN/pids/kube-apiserver.pid ]] && kill -0 "$(cat "$RUN/pids/kube-apiserver.pid")" 2>/dev/null; then
+if [[ -n $(recorded_pid kube-apiserver) ]]; then
   ready=$(ip netns exec "$NODE_NS" "$BIN/kubectl" --kubeconfig "$RUN/kube/admin.kubeconfig" --request-timeout 5s \
     get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || echo unknown)
   row "node:$NODE" "Ready=${ready:-unknown}"

@@ -74,13 +74,13 @@ in_lab() { nsenter --mount="$RUN/ns/mnt" --net="/run/netns/$NODE_NS" "$@"; }
 
 # start NAME CMD...: run CMD in the node's network and the lab's mount
 # namespace unless NAME's recorded process is alive.
-alive() { [[ -f $RUN/pids/$1.pid ]] && kill -0 "$(cat "$RUN/pids/$1.pid")" 2>/dev/null; }
+alive() { [[ -n $(recorded_pid "$1") ]]; }
 start() {
   local name=$1; shift
-  if alive "$name"; then log "$name: running (pid $(cat "$RUN/pids/$name.pid"))"; return 0; fi
+  if alive "$name"; then log "$name: running (pid $(recorded_pid "$name"))"; return 0; fi
   setsid nsenter --mount="$RUN/ns/mnt" --net="/run/netns/$NODE_NS" "$@" \
     </dev/null >>"$RUN/logs/$name.log" 2>&1 &
-  echo $! >"$RUN/pids/$name.pid"
+  record_pid "$name" $!
   log "$name: started (pid $!)"
 }
 # wait_for WHAT SECONDS CMD...
@@ -336,7 +336,7 @@ dev_start() {
   if alive "$name"; then return 0; fi
   setsid ip netns exec "$DEVICE_NS" python3 "$REPO/scripts/lab/echo.py" "$@" \
     </dev/null >>"$RUN/logs/$name.log" 2>&1 &
-  echo $! >"$RUN/pids/$name.pid"
+  record_pid "$name" $!
 }
 dev_start device-tcp serve "$DEVICE_IP" 8080
 dev_start device-udp serve-udp "$DEVICE_IP" 5000
