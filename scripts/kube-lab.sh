@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A single-node Kubernetes v1.20.2 lab on this machine, inside namespaces of
+# its own: docs/kube-lab.md.
+#
+#   scripts/kube-lab.sh build    build or reuse the cache under /var/tmp/edgelink-kube
+#   scripts/kube-lab.sh up       build if needed, start the node kedge1 (idempotent)
+#   scripts/kube-lab.sh down     stop what `up` started and remove its state
+#   scripts/kube-lab.sh env      print `export KUBECONFIG=...` and the node namespace
+#   scripts/kube-lab.sh status   the state of each component
+#
+# Multus is built from MULTUS_SRC (a source tree, or a git dir with tag
+# v4.0.2) unless a build is cached.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")/kube-lab" && pwd)
+# shellcheck source=scripts/kube-lab/common.sh
+. "$HERE/common.sh"
+
+cmd=${1:-}
+case $cmd in
+  build)
+    t0=$SECONDS
+    "$HERE/build-k8s.sh"
+    "$HERE/build-deps.sh"
+    log "build: $((SECONDS - t0)) s"
+    ;;
+  up) "$HERE/up.sh" ;;
+  down) "$HERE/down.sh" ;;
+  env)
+    echo "export KUBECONFIG=$RUN/kube/admin.kubeconfig"
+    echo "export PATH=$BIN:\$PATH"
+    echo "export KUBE_LAB_NODE_NS=$NODE_NS"
+    echo "export KUBE_LAB_MOUNT_NS=$RUN/ns/mnt"
+    echo "export KUBE_LAB_CONTAINERD_SOCK=$RUN/containerd/containerd.sock"
+    echo "# the node's own view (/opt/cni/bin, /var/lib/kubelet, /run/netns): nsenter --mount=$RUN/ns/mnt --net=/run/netns/$NODE_NS sh"
+    echo "# kubectl runs in the node namespace: ip netns exec $NODE_NS kubectl get nodes"
+    ;;
+  status) "$HERE/status.sh" ;;
+  *)
+    sed -n '2,13s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+    ;;
+esac

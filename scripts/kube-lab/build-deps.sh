@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Everything but Kubernetes itself, cached under $CACHE:
+#   etcd (Debian etcd-server/etcd-client, extracted, never installed as a service)
+#   containerd, runc, containernetworking-plugins (Debian packages)
+#   Multus thin v4.0.2 built from $MULTUS_SRC or a cached source/binary
+#   busybox-static images: the sandbox (pause) image and a client image
+# Usage: build-deps.sh [etcd|packages|multus|images]...   (default: all)
+set -euo pipefail
+# shellcheck source=scripts/kube-lab/common.sh
+. "$(dirname "$0")/common.sh"
+
+etcd() {
+  local key
+  key="etcd $(apt-cache policy etcd-server | awk '/Candidate/ {print $2}')"
+  if stamp_ok "$BIN/.stamp-etcd" "$key" && [[ -x $BIN/etcd && -x $BIN/etcdctl ]]; then
+    log "etcd: cached"; return 0
+  fi
+  local d=$CACHE/etcd-deb
+  rm -rf "$d"; mkdir -p "$d/x" "$BIN"
+  (cd "$d" && apt-get download -q etcd-server etcd-client)
+  local f; for f in "$d"/*.deb; do dpkg-deb -x "$f" "$d/x"; done
+  cp "$d/x/usr/bin/etcd" "$d/x/usr/bin/etcdctl" "$BIN/"
+  rm -rf "$d"
+  stamp_set "$BIN/.stamp-etcd" "$key"
+  log "etcd: $("$BIN/etcd" --version | head -n1)"
+}
+
+packages() {
+  local missing=() p
+  for p in containerd runc containernetworking-plugins busybox-static openssl iproute2 util-linux python3 iptables conntrack; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "apt-get install ${missing[*]}"
+    # policy-rc.d keeps the package's own containerd service from starting.
+    local prc=/usr/sbin/policy-rc.d made=0
+    if [[ ! -e $prc ]]; then printf '#!/bin/sh\nexit 101\n' >"$prc"; chmod +x "$prc"; made=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" || { ((made)) && rm -f "$prc"; exit 1; }
+    ((made)) && rm -f "$prc"
+    if command -v systemctl >/dev/null && systemctl is-active -q containerd 2>/dev/null; then
+      log "stopping and masking the system containerd service the package started"
+      systemctl stop containerd; systemctl mask containerd
+    fi
+  fi
+  log "packages: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1 {print $3}')"
+}
+
+multus() {
+  local out=$MULTUS_DIR key
+  key="multus $MULTUS_VERSION $(go version 2>/dev/null || echo nogo)"
+  if stamp_ok "$out/.stamp" "$key" && [[ -x $out/multus && -s $out/nad-crd.yaml ]]; then
+    log "multus: cached in $out"; return 0
+  fi
+  local src=$out/src
+  if [[ -n ${MULTUS_SRC:-} ]]; then
+    rm -rf "$src"; mkdir -p "$src"
+    if [[ -f $MULTUS_SRC/cmd/multus/main.go ]]; then
+      cp -a "$MULTUS_SRC/." "$src/"
+    elif git --git-dir="$MULTUS_SRC" rev-parse -q --verify "$MULTUS_VERSION^{commit}" >/dev/null 2>&1; then
+      # archive the tag: the repository's newest commit may have dropped vendor/
+      git --git-dir="$MULTUS_SRC" archive "$MULTUS_VERSION" | tar -x -C "$src"
+    else
+      die "no Multus: MULTUS_SRC=$MULTUS_SRC is neither a source tree nor a git dir with tag $MULTUS_VERSION"
+    fi
+  elif [[ ! -f $src/cmd/multus/main.go ]]; then
+    die "no Multus: no binary or source under $out and MULTUS_SRC is unset (a git dir with tag $MULTUS_VERSION of github.com/k8snetworkplumbingwg/multus-cni, or its source tree)"
+  fi
+  [[ -d $src/vendor ]] || die "no Multus: $src has no vendor/ (use the $MULTUS_VERSION tag)"
+  command -v go >/dev/null || die "no Go: apt-get install golang-go"
+  log "building Multus thin $MULTUS_VERSION (~4 min on 2 cores)"
+  local t0=$SECONDS
+  (cd "$src" && CGO_ENABLED=0 GO111MODULE=on GOPROXY=off GOFLAGS='' GOCACHE=$CACHE/gocache \
+    go build -mod=vendor -ldflags "-s -w -X gopkg.in/k8snetworkplumbingwg/multus-cni.v4/pkg/multus.version=$MULTUS_VERSION" \
+    -o "$out/multus.tmp" ./cmd/multus)
+  mv "$out/multus.tmp" "$out/multus"
+  # The NetworkAttachmentDefinition CRD, from the same tree's thin deployment.
+  local dep=$src/deployments/multus-daemonset.yml
+  [[ -f $dep ]] || die "no $dep in the Multus source"
+  awk 'BEGIN{RS="\n---\n"} /kind: CustomResourceDefinition/ {print; exit}' "$dep" >"$out/nad-crd.yaml"
+  grep -q 'network-attachment-definitions.k8s.cni.cncf.io' "$out/nad-crd.yaml" || die "NAD CRD not found in $dep"
+  stamp_set "$out/.stamp" "$key"
+  log "multus: built in $((SECONDS - t0)) s"
+}
+
+# A docker-archive image from a directory: one layer, no base image.
+# make_image ROOTFS_DIR TAG OUT.tar CMD_JSON
+make_image() {
+  local root=$1 tag=$2 out=$3 cmd=$4 w
+  w=$(mktemp -d "$CACHE/img.XXXXXX")
+  tar --numeric-owner --owner=0 --group=0 --sort=name --mtime=@0 -C "$root" -cf "$w/layer.tar" .
+  local diff cfg cfgsum
+  diff=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
+  cfg=$(printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin:/sbin:/usr/bin:/usr/sbin"],"Cmd":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$cmd" "$diff")
+  cfgsum=$(printf '%s' "$cfg" | sha256sum | cut -d' ' -f1)
+  printf '%s' "$cfg" >"$w/$cfgsum.json"
+  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$cfgsum" "$tag" >"$w/manifest.json"
+  tar -C "$w" -cf "$out.tmp" manifest.json "$cfgsum.json" layer.tar
+  mv "$out.tmp" "$out"
+  rm -rf "$w"
+}
+
+images() {
+  local key
+  key="busybox $(dpkg-query -W -f='${Version}' busybox-static) v2"
+  if stamp_ok "$IMG_DIR/.stamp" "$key" && [[ -s $IMG_DIR/busybox.tar && -s $IMG_DIR/pause.tar ]]; then
+    log "images: cached"; return 0
+  fi
+  mkdir -p "$IMG_DIR"
+  local r=$IMG_DIR/rootfs a
+  rm -rf "$r"; mkdir -p "$r/bin" "$r/tmp" "$r/etc" "$r/proc" "$r/sys" "$r/dev"
+  cp /bin/busybox "$r/bin/busybox"
+  for a in $("$r/bin/busybox" --list); do
+    [[ $a == busybox ]] || ln -sf busybox "$r/bin/$a"
+  done
+  printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
+  printf 'root:x:0:\nnobody:x:65534:\n' >"$r/etc/group"
+  # PID 1 ignores signals it has no handler for: trap TERM so pods stop at once.
+  local sleeper='["/bin/sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait; done"]'
+  make_image "$r" "$PAUSE_IMAGE" "$IMG_DIR/pause.tar" "$sleeper"
+  make_image "$r" "$CLIENT_IMAGE" "$IMG_DIR/busybox.tar" "$sleeper"
+  rm -rf "$r"
+  stamp_set "$IMG_DIR/.stamp" "$key"
+  log "images: $PAUSE_IMAGE, $CLIENT_IMAGE"
+}
+
+mkdir -p "$CACHE"
+steps=("$@"); ((${#steps[@]})) || steps=(packages etcd images multus)
+for s in "${steps[@]}"; do
+  case $s in
+    etcd | packages | multus | images) "$s" ;;
+    *) die "unknown step $s" ;;
+  esac
+done

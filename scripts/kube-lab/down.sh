@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Stop the lab: only what `up` started, found by recorded PID and by the lab's
+# own mount namespace. Safe after a partial `up` and when run twice.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/kube-lab/common.sh
+. "$HERE/common.sh"
+[[ $(id -u) == 0 ]] || die "run as root"
+
+# The processes to stop: every recorded PID, every process in the lab's mount
+# namespace (containerd's shims included), and all their descendants
+# (the containers).
+lab_pids() {
+  local seeds=() p f ns=""
+  for f in "$RUN"/pids/*.pid; do
+    [[ -f $f ]] || continue
+    p=$(recorded_pid "$(basename "$f" .pid)")
+    [[ -n $p ]] && seeds+=("$p")
+  done
+  if [[ -f $RUN/ns/mnt ]] && mountpoint -q "$RUN/ns/mnt"; then
+    ns=$(stat -L -c %i "$RUN/ns/mnt" 2>/dev/null || true)
+  fi
+  if [[ -n $ns ]]; then
+    for f in /proc/[0-9]*/ns/mnt; do
+      [[ $(stat -L -c %i "$f" 2>/dev/null) == "$ns" ]] || continue
+      p=${f#/proc/}; seeds+=("${p%%/*}")
+    done
+  fi
+  ((${#seeds[@]})) || return 0
+  # descendants, from the parent links of all processes
+  ps -e -o pid=,ppid= | awk -v s="${seeds[*]}" '
+    BEGIN { n = split(s, a, " "); for (i = 1; i <= n; i++) keep[a[i]] = 1 }
+    { par[$1] = $2 }
+    END {
+      do { grew = 0; for (p in par) if (!(p in keep) && (par[p] in keep)) { keep[p] = 1; grew = 1 } } while (grew)
+      for (p in keep) print p
+    }' | grep -vx "$$" || true
+}
+
+# stop_pids PID...: TERM, up to 10 s, then KILL.
+stop_pids() {
+  (($#)) || return 0
+  local p i alive left=()
+  kill -TERM "$@" 2>/dev/null || true
+  for ((i = 0; i < 20; i++)); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || return 0
+    sleep 0.5
+  done
+  for p in "$@"; do kill -0 "$p" 2>/dev/null && left+=("$p"); done
+  if ((${#left[@]})); then
+    log "killing ${#left[@]} that did not stop in 10 s"
+    kill -KILL "${left[@]}" 2>/dev/null || true
+    sleep 1
+  fi
+}
+recorded() { recorded_pid "$1"; }
+
+# The node and its containers first, then the control plane, then etcd (the
+# apiserver does not stop promptly once etcd is gone).
+mapfile -t cp < <(for c in kube-apiserver kube-controller-manager kube-scheduler etcd; do recorded "$c"; done)
+mapfile -t pids < <(lab_pids | grep -vxF -f <(printf '%s\n' "${cp[@]}" 0) || true)
+if ((${#pids[@]})); then
+  log "stopping ${#pids[@]} processes: node, containers, device"
+  stop_pids "${pids[@]}"
+fi
+mapfile -t pids < <(for c in kube-apiserver kube-controller-manager kube-scheduler; do recorded "$c"; done)
+if ((${#pids[@]})); then log "stopping the control plane"; stop_pids "${pids[@]}"; fi
+mapfile -t pids < <(recorded etcd)
+if ((${#pids[@]})); then log "stopping etcd"; stop_pids "${pids[@]}"; fi
+mapfile -t pids < <(lab_pids)
+if ((${#pids[@]})); then log "stopping ${#pids[@]} left"; stop_pids "${pids[@]}"; fi
+
+# The mount namespace: unmounting its handle frees it and everything mounted
+# inside (pod netns, kubelet volumes, overlay rootfs).
+if [[ -d $RUN/ns ]]; then
+  mountpoint -q "$RUN/ns/mnt" 2>/dev/null && umount "$RUN/ns/mnt"
+  mountpoint -q "$RUN/ns" && umount "$RUN/ns"
+fi
+
+# Namespaces this lab created.
+if [[ -f $RUN/netns.created ]]; then
+  while read -r ns; do
+    [[ -n $ns ]] || continue
+    if ip netns del "$ns" 2>/dev/null; then log "deleted netns $ns"; fi
+  done <"$RUN/netns.created"
+fi
+
+# The kubelet's pod cgroups (cgroupfs driver: kubepods under each hierarchy).
+if [[ -f $RUN/pids/kubelet.pid ]]; then
+  for h in /sys/fs/cgroup/*/; do
+    [[ -d ${h}kubepods ]] || continue
+    for ((i = 0; i < 10; i++)); do
+      find "${h}kubepods" -depth -type d -exec rmdir {} + 2>/dev/null || true
+      [[ -d ${h}kubepods ]] || break
+      sleep 0.5
+    done
+    [[ -d ${h}kubepods ]] && log "warning: ${h}kubepods still there"
+  done
+fi
+
+# Machine-wide sysctls the kubelet changed.
+if [[ -f $RUN/sysctl.saved ]]; then
+  while IFS='=' read -r k v; do
+    [[ $(sysctl -n "$k") == "$v" ]] || { sysctl -q -w "$k=$v" && log "restored $k=$v"; }
+  done <"$RUN/sysctl.saved"
+fi
+
+if [[ -d $RUN ]]; then
+  if grep -q " ${RUN}[/ ]" /proc/self/mounts; then
+    die "something is still mounted under $RUN; not removing it"
+  fi
+  rm -rf "$RUN"
+fi
+log "down"
