@@ -44,15 +44,17 @@ ctr_() { ctr -a "$KUBE_LAB_CONTAINERD_SOCK" -n k8s.io "$@"; }
 on_node() { nsenter --mount="$KUBE_LAB_MOUNT_NS" --net="/run/netns/$KUBE_LAB_NODE_NS" "$@"; }
 
 install() {
-  local t0=$SECONDS ver
+  local t0=$SECONDS ver images
   if [[ ! -s $IMAGE_TAR ]]; then
     log "edgelink: building the offline image (make image-offline)"
     make -C "$REPO" image-offline >"$RUN/logs/image-offline.log" 2>&1 ||
       die "make image-offline failed: $RUN/logs/image-offline.log"
   fi
   ctr_ images import "$IMAGE_TAR" >/dev/null
-  ctr_ images ls -q | grep -qx "$IMAGE_REF" || die "$IMAGE_TAR did not import as $IMAGE_REF"
-  if ! ctr_ images ls -q | grep -qx "$STS_PAUSE_IMAGE"; then
+  # (a variable, not a pipe into grep -q: with pipefail, ctr's SIGPIPE would fail it)
+  images=$(ctr_ images ls -q)
+  grep -qx "$IMAGE_REF" <<<"$images" || die "$IMAGE_TAR did not import as $IMAGE_REF"
+  if ! grep -qx "$STS_PAUSE_IMAGE" <<<"$images"; then
     ctr_ images tag "$PAUSE_IMAGE" "$STS_PAUSE_IMAGE" >/dev/null
   fi
   log "edgelink: images $IMAGE_REF, $STS_PAUSE_IMAGE (= $PAUSE_IMAGE) in the lab's containerd"

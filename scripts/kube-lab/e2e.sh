@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# The end-to-end checks of issue 10 on the kube lab (`make e2e-kube`):
+# `scripts/kube-lab.sh up` (which installs edgelink: edgelink.sh), then one
+# PASS/FAIL line per check, then "N passed, M failed". The lab is brought
+# down at the end, always, unless KEEP=1. docs/kube-lab.md lists the checks.
+#
+#   scripts/kube-lab/e2e.sh            KEEP=1 scripts/kube-lab/e2e.sh
+#
+# Clients: a busybox pod on the cluster network (TCP and HTTP with its nc).
+# busybox's nc has no UDP, so the UDP client is the host's python3
+# (scripts/lab/echo.py) run inside that pod's network namespace. The lab has
+# no DNS (no CoreDNS): the clients use the Service's ClusterIP, which the
+# pod also gets as DEVICE01_01_SERVICE_HOST.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=scripts/kube-lab/common.sh
+. "$HERE/common.sh"
+[[ $(id -u) == 0 ]] || die "run as root"
+
+KEEP=${KEEP:-}
+down() {
+  if [[ -n $KEEP ]]; then
+    log "KEEP=1: the lab stays up (scripts/kube-lab.sh down)"
+  else
+    "$REPO/scripts/kube-lab.sh" down || true
+  fi
+}
+trap down EXIT
+
+"$REPO/scripts/kube-lab.sh" up
+
+export KUBECONFIG=$RUN/kube/admin.kubeconfig
+MNT=$RUN/ns/mnt
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+PLUGIN_BUILT=$REPO/target/$HOST/release/edgelink
+ECHO=$REPO/scripts/lab/echo.py
+kc() { ip netns exec "$NODE_NS" "$BIN/kubectl" --request-timeout 30s "$@"; }
+# the node's own view (its /opt/cni/bin, /var/lib/edgelink, /run/netns)
+on_node() { nsenter --mount="$MNT" --net="/run/netns/$NODE_NS" "$@"; }
+# in_pod_netns NETNS CMD...: CMD in a pod's network namespace (its file is
+# under the lab mount namespace's /run/netns)
+in_pod_netns() { local n=$1; shift; nsenter --mount="$MNT" nsenter --net="/run/netns/$n" "$@"; }
+
+pass=0 fail=0
+check() {
+  local name=$1; shift
+  if "$@"; then echo "PASS $name"; pass=$((pass + 1)); else echo "FAIL $name"; fail=$((fail + 1)); fi
+}
+note() { printf '     %s\n' "$*"; }
+# until_ok SECONDS CMD...: retry every 0.5 s
+until_ok() {
+  local t=$1 i; shift
+  for ((i = 0; i < t * 2; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  return 1
+}
+
+DS_POD=
+ds_pod() { kc -n edgelink-system get pods -l app.kubernetes.io/component=node-daemon \
+  --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}'; }
+
+# --- 1. the DaemonSet rolls out; the plugin is installed atomically; VERSION -------------------------
+c1_rollout() {
+  local want ready
+  kc -n edgelink-system rollout status daemonset/edgelinkd --timeout 60s >/dev/null || return 1
+  want=$(kc -n edgelink-system get ds edgelinkd -o jsonpath='{.status.desiredNumberScheduled}')
+  ready=$(kc -n edgelink-system get ds edgelinkd -o jsonpath='{.status.numberReady}')
+  DS_POD=$(ds_pod)
+  note "desired $want, ready $ready, pod $DS_POD on $NODE"
+  [[ $want == 1 && $ready == 1 && -n $DS_POD ]]
+}
+c1_atomic() {
+  local logs left
+  logs=$(kc -n edgelink-system logs "$DS_POD" -c install-cni)
+  note "install-cni: $(echo "$logs" | tr '\n' ';')"
+  left=$(on_node sh -c 'ls -a /opt/cni/bin | grep -c "^\.edgelink\.tmp-" || true')
+  note "temporary files left in /opt/cni/bin: $left; mode $(on_node stat -c %a /opt/cni/bin/edgelink)"
+  [[ $logs == *"installed /host/opt/cni/bin/edgelink"* || $logs == *"is up to date"* ]] &&
+    [[ $left == 0 ]] &&
+    [[ $(on_node stat -c %a /opt/cni/bin/edgelink) == 755 ]] &&
+    on_node cmp -s /opt/cni/bin/edgelink "$PLUGIN_BUILT" &&
+    [[ $(on_node cat /var/lib/edgelink/node-name) == "$NODE" ]]
+}
+c1_version() {
+  local v
+  v=$(on_node env CNI_COMMAND=VERSION /opt/cni/bin/edgelink </dev/null) || return 1
+  note "$v"
+  [[ $v == *'"supportedVersions"'* ]]
+}
+check "1a DaemonSet edgelinkd rolled out on $NODE" c1_rollout
+check "1b install-cni put the plugin into /opt/cni/bin atomically (same bytes as the image's, no temp file left, node-name written)" c1_atomic
+check "1c /opt/cni/bin/edgelink answers VERSION" c1_version
+
+# --- 2. expose-a-device as documented ----------------------------------------------------------------
+STS_POD=device01-01-0
+kc create namespace hil >/dev/null 2>&1 || true
+kc apply -f "$REPO/cni-conf/nad-forwards.yaml" >/dev/null
+kc apply -f "$REPO/cni-conf/expose-a-device/" >/dev/null
+net1_addr() { kc -n hil exec "$STS_POD" -- ip -4 -o addr show net1 | awk '{print $4}'; }
+NET1=
+c2_running() {
+  kc -n hil rollout status statefulset/device01-01 --timeout 120s >/dev/null || return 1
+  local node
+  node=$(kc -n hil get pod "$STS_POD" -o jsonpath='{.spec.nodeName}')
+  NET1=$(net1_addr)
+  note "$STS_POD on $node, Ready, net1 $NET1"
+  [[ $node == "$NODE" && $NET1 == 172.17.16.* ]]
+}
+# network-status: net1 with an address and a MAC (printed)
+net_status() { kc -n hil get pod "$1" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}'; }
+c2_status() {
+  local out
+  out=$(net_status "$STS_POD" | python3 -c '
+import json, sys
+for n in json.load(sys.stdin):
+    if n.get("interface") == "net1" and n.get("ips") and n.get("mac"):
+        print(n["name"], n["interface"], ",".join(n["ips"]), n["mac"])
+        sys.exit(0)
+sys.exit(1)') || return 1
+  note "network-status: $out"
+  [[ $out == *" net1 ${NET1%/*}"* ]]
+}
+check "2a proxy pod $STS_POD runs on $NODE with net1 (StatefulSet from cni-conf/expose-a-device/)" c2_running
+check "2b network-status annotation shows net1 with its address and MAC" c2_status
+
+# --- 3. a client pod reaches device01-01 through the Service ------------------------------------------
+kc -n hil apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  containers:
+  - {name: client, image: $CLIENT_IMAGE, imagePullPolicy: Never}
+YAML
+kc -n hil wait --for condition=Ready --timeout 60s pod/client >/dev/null || true
+SVC_IP=$(kc -n hil get svc device01-01 -o jsonpath='{.spec.clusterIP}')
+CLIENT_IP=$(kc -n hil get pod client -o jsonpath='{.status.podIP}')
+# the client pod's network namespace: the one that holds its address
+CLIENT_NETNS=$(for n in $(on_node ls /run/netns); do
+  if in_pod_netns "$n" ip -4 -o addr show 2>/dev/null | grep -q " $CLIENT_IP/"; then echo "$n"; break; fi
+done)
+note "Service device01-01 ClusterIP $SVC_IP (no DNS in the lab); client $CLIENT_IP, netns $CLIENT_NETNS"
+c3_env() {
+  local e
+  # shellcheck disable=SC2016  # expanded in the pod
+  e=$(kc -n hil exec client -- sh -c 'echo $DEVICE01_01_SERVICE_HOST:$DEVICE01_01_SERVICE_PORT_API') || return 1
+  note "client's environment: DEVICE01_01_SERVICE_HOST:..._PORT_API = $e"
+  [[ $e == "$SVC_IP:8080" ]]
+}
+c3_tcp() {
+  local out
+  out=$(kc -n hil exec client -- sh -c "head -c 1048576 /dev/urandom >/tmp/mib && sha256sum </tmp/mib &&
+    timeout 20 nc -w 5 \$DEVICE01_01_SERVICE_HOST 8080 </tmp/mib >/tmp/back; wc -c </tmp/back; sha256sum </tmp/back") || return 1
+  mapfile -t l <<<"$out"
+  note "sent ${l[0]%% *}, got ${l[1]} bytes ${l[2]%% *}"
+  [[ ${l[1]} == 1048576 && ${l[0]%% *} == "${l[2]%% *}" ]]
+}
+c3_udp() {
+  local out
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" udp-ping "$SVC_IP" 5000 5) || return 1
+  note "echo.py udp-ping $SVC_IP 5000 5 in the client's netns: $out"
+  [[ $out == ok* ]]
+}
+c3_http() {
+  local out
+  out=$(kc -n hil exec client -- sh -c "printf 'GET / HTTP/1.0\r\nHost: device01-01\r\n\r\n' | timeout 10 nc -w 5 $SVC_IP 80") || return 1
+  note "$(echo "$out" | head -n 1 | tr -d '\r') / $(echo "$out" | tail -n 1)"
+  [[ $out == "HTTP/1.1 200"* && $out == *"device01-01: temperature="* ]]
+}
+check "3a client has the Service in its environment (DEVICE01_01_SERVICE_HOST = ClusterIP)" c3_env
+check "3b TCP through ClusterIP:8080: 1 MiB echoed, same SHA-256" c3_tcp
+check "3c UDP through ClusterIP:5000: 5 datagrams echoed" c3_udp
+check "3d HTTP through ClusterIP:80: 200 and the device's page" c3_http
+
+# --- 4. edgelinkd status and /metrics show the forwards and their bytes -----------------------------------
+c4_status() {
+  local out f
+  out=$(kc -n edgelink-system exec "$DS_POD" -c edgelinkd -- edgelinkd status) || return 1
+  while IFS= read -r f; do printf '     | %s\n' "$f"; done <<<"$out"
+  for f in api telemetry http; do [[ $out == *"$f"* ]] || return 1; done
+  [[ $out == *"$STS_POD"* ]]
+}
+metric() { # metric NAME FORWARD: the sum of its samples for that forward
+  ip netns exec "$NODE_NS" curl -fsS --max-time 5 http://127.0.0.1:9310/metrics |
+    awk -v m="$1" -v f="forward=\"$2\"" '$1 ~ "^"m"[{]" && index($1, f) { s += $2 } END { printf "%d\n", s }'
+}
+c4_metrics() {
+  local to from udp http
+  to=$(metric edgelink_bytes_to_target_total api)
+  from=$(metric edgelink_bytes_to_client_total api)
+  udp=$(metric edgelink_bytes_to_target_total telemetry)
+  http=$(metric edgelink_connections_total http)
+  note "/metrics: api bytes to target $to, to client $from; telemetry bytes to target $udp; http connections $http"
+  ((to >= 1048576 && from >= 1048576 && udp > 0 && http >= 1))
+}
+check "4a edgelinkd status in the DaemonSet pod lists $STS_POD's forwards api, telemetry, http" c4_status
+check "4b /metrics on $NODE's 127.0.0.1:9310 counts the 1 MiB each way, the UDP bytes and the HTTP connection" c4_metrics
+
+# --- 5. deleting the proxy pod: DEL, record gone, address free, the replacement gets it back ---------------
+# record_of POD: "FILE CONTAINER_ID" of the pod's attachment record on the node
+record_of() {
+  # shellcheck disable=SC2016  # expanded by the inner sh
+  on_node sh -c 'grep -l "\"$1\"" /var/lib/edgelink/attachments/*.json 2>/dev/null' sh "$1" | while read -r f; do
+    on_node cat "$f" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+def find(o):
+    if isinstance(o, dict):
+        for k, v in o.items():
+            if k.lower().replace("_", "") in ("containerid", "cid") and isinstance(v, str):
+                return v
+            x = find(v)
+            if x:
+                return x
+    return None
+print(sys.argv[1], find(r) or "?")' "$f"
+  done
+}
+c5_replace() {
+  local old_uid new_uid old_rec old_cid new_net1 i left dels
+  old_uid=$(kc -n hil get pod "$STS_POD" -o jsonpath='{.metadata.uid}')
+  old_rec=$(record_of "$STS_POD" | head -n 1)
+  old_cid=${old_rec#* }
+  note "before: uid $old_uid, net1 $NET1, record ${old_rec%% *} (container $old_cid)"
+  [[ -n $old_rec && $old_cid != "?" ]] || return 1
+  kc -n hil delete pod "$STS_POD" --wait=true --timeout 60s >/dev/null || return 1
+  for ((i = 0; i < 120; i++)); do
+    new_uid=$(kc -n hil get pod "$STS_POD" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)
+    [[ -n $new_uid && $new_uid != "$old_uid" ]] && break
+    sleep 0.5
+  done
+  kc -n hil wait --for condition=Ready --timeout 90s "pod/$STS_POD" >/dev/null || return 1
+  new_net1=$(net1_addr)
+  # Multus logs "Del: <namespace>:<pod>:<pod uid>:<network>:<ifname>"
+  dels=$(on_node grep -c "Del: hil:$STS_POD:$old_uid:plant-floor:net1" /var/log/multus.log || true)
+  left=$(on_node grep -rl "$old_cid" /var/lib/edgelink 2>/dev/null | tr '\n' ' ' || true)
+  note "after: uid $new_uid, net1 $new_net1; Multus log lines with DEL and the old container: $dels;" \
+    "files under /var/lib/edgelink naming it: ${left:-none}; new record: $(record_of "$STS_POD" | head -n 1)"
+  [[ $dels -ge 1 && -z $left && $new_net1 == "$NET1" ]] && ! on_node test -e "${old_rec%% *}"
+}
+check "5 proxy pod deleted: Multus DELs, record and reservation gone, replacement $STS_POD gets net1 $NET1 again" c5_replace
+
+# --- 6. killing edgelinkd's container: restarted, forwards back within 5 s -----------------------------------
+# The first crash of a container is restarted at once; a second one within
+# 10 minutes waits for the kubelet's back-off (10 s, 20 s, ...): run on a
+# fresh lab (restartCount 0), as `make e2e-kube` does.
+edgelinkd_pid() {
+  local want p
+  want=$(stat -L -c %i "/run/netns/$NODE_NS")
+  for p in $(pgrep -x edgelinkd || true); do
+    [[ $(stat -L -c %i "/proc/$p/ns/net" 2>/dev/null) == "$want" ]] && echo "$p"
+  done
+}
+restarts() { kc -n edgelink-system get pod "$DS_POD" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
+tcp_ok() { in_pod_netns "$CLIENT_NETNS" timeout 2 python3 "$ECHO" ping "$SVC_IP" 8080 1 >/dev/null 2>&1; }
+c6_kill() {
+  local pid new r0 r1 t0 t1 ms i ok=0
+  pid=$(edgelinkd_pid | head -n 1)
+  r0=$(restarts)
+  [[ -n $pid ]] && tcp_ok || return 1
+  t0=$(date +%s%N)
+  kill -KILL "$pid"
+  for ((i = 0; i < 150; i++)); do
+    sleep 0.1
+    new=$(edgelinkd_pid | head -n 1)
+    if [[ -n $new && $new != "$pid" ]] && tcp_ok; then ok=1; break; fi
+  done
+  t1=$(date +%s%N)
+  ms=$(((t1 - t0) / 1000000))
+  # the kubelet reports the restart a little later than it makes it
+  for ((i = 0; i < 40; i++)); do r1=$(restarts); ((r1 > r0)) && break; sleep 0.5; done
+  note "killed edgelinkd (pid $pid, SIGKILL), new pid $new; restarts $r0 -> $r1; TCP through the Service answered again after $ms ms"
+  ((ok && r1 > r0 && ms <= 5000))
+}
+check "6 edgelinkd killed: the kubelet restarts it and the forwards are back within 5 s" c6_kill
+
+# --- 9. a NAD with a bad config leaves the pod in ContainerCreating with edgelink's message ------------------
+c9_bad_nad() {
+  local conf want got phase
+  conf='{"cniVersion": "1.0.0", "name": "bad-mode", "type": "edgelink", "mode": "tunnel", "uplink": "eth1",
+         "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.200", "rangeEnd": "172.17.16.224"}]]}}'
+  # the plugin's own words for this config
+  want=$(echo "$conf" | on_node env CNI_COMMAND=ADD CNI_CONTAINERID=e2e-bad CNI_NETNS=/run/netns/none CNI_IFNAME=net1 \
+    CNI_PATH=/opt/cni/bin /opt/cni/bin/edgelink 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["msg"])') || true
+  note "the plugin says: $want"
+  [[ -n $want ]] || return 1
+  kc -n hil apply -f - >/dev/null <<YAML
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: bad-mode}
+spec:
+  config: '$(echo "$conf" | tr -d '\n')'
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: bad-mode
+  annotations: {k8s.v1.cni.cncf.io/networks: bad-mode}
+spec:
+  nodeSelector: {edgelink.io/edge: "true"}
+  containers:
+  - {name: c, image: $CLIENT_IMAGE, imagePullPolicy: Never}
+YAML
+  local i
+  for ((i = 0; i < 60; i++)); do
+    got=$(kc -n hil describe pod bad-mode | grep -F "$want" | head -n 1 || true)
+    [[ -n $got ]] && break
+    sleep 1
+  done
+  phase=$(kc -n hil get pod bad-mode -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}')
+  note "pod bad-mode: $phase; describe: ...${got#*failed (add): }"
+  kc -n hil delete pod bad-mode --wait=false >/dev/null
+  [[ -n $got && $phase == ContainerCreating ]]
+}
+check "9 NAD with mode \"tunnel\": pod stays ContainerCreating, describe shows edgelink's message word for word" c9_bad_nad
+
+echo "$pass passed, $fail failed"
+((fail == 0))
