@@ -274,6 +274,40 @@ c6_kill() {
 }
 check "6 edgelinkd killed: the kubelet restarts it and the forwards are back within 5 s" c6_kill
 
+# --- 7. the node "reboots": the stale attachment is reclaimed and the new pod served -----------------------
+# node-stop.sh kills the kubelet, containerd, the shims and the containers and
+# removes the pods' network namespaces without a CNI DEL; `up` starts them
+# again. The pod objects stay: the kubelet makes new sandboxes for them.
+c7_reboot() {
+  local rec cid net1 out i reclaimed
+  rec=$(record_of "$STS_POD" | head -n 1)
+  cid=${rec#* }
+  net1=$(net1_addr)
+  note "before: record ${rec%% *}, net1 $net1"
+  [[ -n $rec && $cid != "?" ]] || return 1
+  "$HERE/node-stop.sh" >"$RUN/logs/e2e-node-stop.log" 2>&1 || { note "node-stop.sh failed"; return 1; }
+  on_node test -e "${rec%% *}" || { note "the record went with the node: nothing stale to reclaim"; return 1; }
+  note "node stopped: $(tail -n 1 "$RUN/logs/e2e-node-stop.log"); the record is still there (stale)"
+  "$REPO/scripts/kube-lab.sh" up >"$RUN/logs/e2e-up-again.log" 2>&1 || { note "up failed: $RUN/logs/e2e-up-again.log"; return 1; }
+  note "$(tail -n 1 "$RUN/logs/e2e-up-again.log")"
+  kc -n hil wait --for condition=Ready --timeout 120s "pod/$STS_POD" pod/client >/dev/null || return 1
+  for ((i = 0; i < 60; i++)); do
+    on_node test -e "${rec%% *}" || break
+    sleep 1
+  done
+  local left new_net1
+  left=$(on_node grep -rl "$cid" /var/lib/edgelink 2>/dev/null | tr '\n' ' ' || true)
+  new_net1=$(net1_addr)
+  reclaimed=$(ip netns exec "$NODE_NS" curl -fsS --max-time 5 http://127.0.0.1:9310/status |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["reclaimedTotal"])' || echo "?")
+  out=$(kc -n hil exec client -- sh -c "echo hello-after-reboot | timeout 10 nc -w 3 $SVC_IP 8080" || true)
+  note "after: files naming the old container: ${left:-none}; net1 $new_net1; edgelinkd reclaimed $reclaimed;" \
+    "echo through the Service: $out"
+  [[ -z $left && $out == hello-after-reboot ]] && ! on_node test -e "${rec%% *}" &&
+    [[ $new_net1 == 172.17.16.* ]]
+}
+check "7 node reboot (node-stop.sh, up): stale attachment reclaimed, new $STS_POD served through the Service" c7_reboot
+
 # --- 9. a NAD with a bad config leaves the pod in ContainerCreating with edgelink's message ------------------
 c9_bad_nad() {
   local conf want got phase
