@@ -136,9 +136,14 @@ kc -n hil wait --for condition=Ready --timeout 60s pod/client >/dev/null || true
 SVC_IP=$(kc -n hil get svc device01-01 -o jsonpath='{.spec.clusterIP}')
 CLIENT_IP=$(kc -n hil get pod client -o jsonpath='{.status.podIP}')
 # the client pod's network namespace: the one that holds its address
-CLIENT_NETNS=$(for n in $(on_node ls /run/netns); do
-  if in_pod_netns "$n" ip -4 -o addr show 2>/dev/null | grep -q " $CLIENT_IP/"; then echo "$n"; break; fi
-done)
+client_netns() {
+  local n ip
+  ip=$(kc -n hil get pod client -o jsonpath='{.status.podIP}')
+  for n in $(on_node ls /run/netns); do
+    if in_pod_netns "$n" ip -4 -o addr show 2>/dev/null | grep -q " $ip/"; then echo "$n"; break; fi
+  done
+}
+CLIENT_NETNS=$(client_netns)
 note "Service device01-01 ClusterIP $SVC_IP (no DNS in the lab); client $CLIENT_IP, netns $CLIENT_NETNS"
 c3_env() {
   local e
@@ -307,6 +312,38 @@ c7_reboot() {
     [[ $new_net1 == 172.17.16.* ]]
 }
 check "7 node reboot (node-stop.sh, up): stale attachment reclaimed, new $STS_POD served through the Service" c7_reboot
+
+# --- 8. DaemonSet update to a re-tagged image under load: the baseline ------------------------------------
+# The strategy the manifests ship (RollingUpdate, maxUnavailable 1, no
+# surge): the old pod goes, then the new one starts. 50 long connections and
+# a loop of new ones through the Service; what dropped and was refused is
+# counted and printed. Passes when the update completes and the forwards
+# serve again: zero drops is later work (issue 10), this is its baseline.
+c8_update() {
+  local tag=edgelink:0.1.0-e2e stop=$RUN/e2e-load.stop out=$RUN/logs/e2e-load.out lp t0 t1 img i back=0
+  CLIENT_NETNS=$(client_netns)
+  until_ok 20 tcp_ok || { note "forwards not serving before the update"; return 1; }
+  ctr -a "$RUN/containerd/containerd.sock" -n k8s.io images tag --force \
+    "docker.io/library/edgelink:0.1.0" "docker.io/library/$tag" >/dev/null || return 1
+  rm -f "$stop"
+  in_pod_netns "$CLIENT_NETNS" python3 "$HERE/longconns.py" "$SVC_IP" 8080 50 "$stop" 150 >"$out" 2>&1 &
+  lp=$!
+  sleep 3
+  t0=$(date +%s%N)
+  kc -n edgelink-system set image daemonset/edgelinkd "install-cni=$tag" "edgelinkd=$tag" >/dev/null
+  kc -n edgelink-system rollout status daemonset/edgelinkd --timeout 120s >/dev/null || { touch "$stop"; wait "$lp"; return 1; }
+  t1=$(date +%s%N)
+  for ((i = 0; i < 100; i++)); do tcp_ok && { back=1; break; }; sleep 0.2; done
+  sleep 2
+  touch "$stop"
+  wait "$lp" || true
+  img=$(kc -n edgelink-system get pods -l app.kubernetes.io/component=node-daemon \
+    -o jsonpath='{.items[0].spec.containers[0].image}')
+  note "rollout to $tag took $(((t1 - t0) / 1000000)) ms; new pod runs $img; forwards back: $back"
+  note "$(tail -n 1 "$out")"
+  ((back)) && [[ $img == "$tag" ]] && grep -q '^long 50: established 50,' "$out"
+}
+check "8 DaemonSet update to a re-tagged image under 50 long connections + new ones (counts printed: baseline)" c8_update
 
 # --- 9. a NAD with a bad config leaves the pod in ContainerCreating with edgelink's message ------------------
 c9_bad_nad() {
