@@ -18,6 +18,8 @@ fn human(bytes: u64) -> String {
     }
 }
 
+/// The FORWARD column holds `<name>/<protocol>`: a forward name has at most
+/// 15 characters, the protocol 3, so 19 keeps every column aligned.
 pub fn table(s: &Status) -> String {
     let mut out = format!(
         "node {}  attachments {}  reclaimed {}{}\n",
@@ -27,7 +29,7 @@ pub fn table(s: &Status) -> String {
         if s.draining { "  DRAINING" } else { "" }
     );
     out.push_str(&format!(
-        "{:<28} {:<10} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}\n",
+        "{:<28} {:<19} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}\n",
         "POD",
         "FORWARD",
         "TARGET",
@@ -61,7 +63,7 @@ pub fn table(s: &Status) -> String {
                 f.total_connections
             };
             out.push_str(&format!(
-                "{:<28} {:<10} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}{}\n",
+                "{:<28} {:<19} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}{}\n",
                 pod,
                 format!("{}/{}", f.name, f.protocol),
                 f.target,
@@ -99,4 +101,88 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let s: Status = serde_json::from_str(&body)?;
     print!("{}", table(&s));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AttachmentStatus, ForwardStatus, Reachability};
+
+    fn forward(name: &str, protocol: &str) -> ForwardStatus {
+        ForwardStatus {
+            name: name.into(),
+            protocol: protocol.into(),
+            port: 5000,
+            target: "172.17.16.120:5000".into(),
+            listener: "listening".into(),
+            active_connections: 0,
+            total_connections: 1,
+            bytes_to_target: 325,
+            bytes_to_client: 325,
+            connect_errors: 0,
+            errors: 0,
+            splice_fallbacks: 0,
+            refused: 0,
+            udp_sessions: 0,
+            udp_sessions_total: 1,
+            udp_evictions: 0,
+            udp_datagrams_to_target: 0,
+            udp_datagrams_to_client: 0,
+            udp_drops: 0,
+            idle_timeout_ms: 0,
+            max_connections: None,
+            connections_rejected_total: 0,
+            idle_timeouts_total: 0,
+            last_error: None,
+            last_error_at: None,
+            reachability: Reachability {
+                state: "reachable".into(),
+                checked_at: 0,
+                error: None,
+            },
+        }
+    }
+
+    // The kube lab's `edgelinkd status` showed `telemetry/udp` pushing its
+    // line out of the columns (FORWARD was 10 wide).
+    #[test]
+    fn columns_stay_aligned_with_the_longest_forward_names() {
+        let s = Status {
+            node: "kedge1".into(),
+            version: "0.1.0".into(),
+            started_at: 0,
+            last_reconcile_at: 0,
+            draining: false,
+            attachments: vec![AttachmentStatus {
+                container_id: "c".repeat(64),
+                ifname: "net1".into(),
+                network: "plant-floor".into(),
+                pod_namespace: Some("hil".into()),
+                pod_name: Some("device01-01-0".into()),
+                netns: "/run/netns/x".into(),
+                mode: "bridge".into(),
+                interface: edgelink_attachment::RecordInterface {
+                    name: "net1".into(),
+                    mac: "02:00:00:00:00:01".into(),
+                    ips: vec![],
+                },
+                state: "serving".into(),
+                error: None,
+                forwards: vec![
+                    forward("api", "tcp"),
+                    forward("telemetry", "udp"),
+                    forward("abcdefghijklmno", "udp"),
+                ],
+            }],
+            malformed_records: vec![],
+            reclaimed_total: 0,
+            retired_links_deleted_total: 0,
+        };
+        let t = table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        let col = lines[1].find("TARGET").unwrap();
+        for l in &lines[2..] {
+            assert_eq!(l.find("172.17.16.120").unwrap(), col, "{t}");
+        }
+    }
 }
