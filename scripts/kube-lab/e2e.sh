@@ -295,17 +295,26 @@ c7_reboot() {
   note "node stopped: $(tail -n 1 "$RUN/logs/e2e-node-stop.log"); the record is still there (stale)"
   "$REPO/scripts/kube-lab.sh" up >"$RUN/logs/e2e-up-again.log" 2>&1 || { note "up failed: $RUN/logs/e2e-up-again.log"; return 1; }
   note "$(tail -n 1 "$RUN/logs/e2e-up-again.log")"
-  kc -n hil wait --for condition=Ready --timeout 120s "pod/$STS_POD" pod/client >/dev/null || return 1
-  for ((i = 0; i < 60; i++)); do
-    on_node test -e "${rec%% *}" || break
+  # The pods' Ready conditions are stale here (the API still has them from
+  # before the stop): poll for the new sandboxes instead, up to 120 s: the
+  # old record gone, a new one for the pod, and the echo through the Service.
+  local t0=$SECONDS newrec=""
+  for ((i = 0; i < 120; i++)); do
+    if ! on_node test -e "${rec%% *}"; then
+      newrec=$(record_of "$STS_POD" | head -n 1)
+      if [[ -n $newrec ]]; then
+        out=$(kc -n hil exec client -- sh -c "echo hello-after-reboot | timeout 5 nc -w 3 $SVC_IP 8080" 2>/dev/null || true)
+        [[ $out == hello-after-reboot ]] && break
+      fi
+    fi
     sleep 1
   done
+  note "served again $((SECONDS - t0)) s after up; new record ${newrec%% *}"
   local left new_net1
   left=$(on_node grep -rl "$cid" /var/lib/edgelink 2>/dev/null | tr '\n' ' ' || true)
   new_net1=$(net1_addr)
   reclaimed=$(ip netns exec "$NODE_NS" curl -fsS --max-time 5 http://127.0.0.1:9310/status |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["reclaimedTotal"])' || echo "?")
-  out=$(kc -n hil exec client -- sh -c "echo hello-after-reboot | timeout 10 nc -w 3 $SVC_IP 8080" || true)
   note "after: files naming the old container: ${left:-none}; net1 $new_net1; edgelinkd reclaimed $reclaimed;" \
     "echo through the Service: $out"
   [[ -z $left && $out == hello-after-reboot ]] && ! on_node test -e "${rec%% *}" &&
