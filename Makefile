@@ -58,6 +58,8 @@ test:
 	$(MAKE) static
 	python3 -m unittest discover -s scripts/image -p 'test_*.py'
 	tests/e2e/podman.sh target/debug/edgelink
+	@if scripts/kube-lab.sh cached; then $(MAKE) e2e-kube; \
+	else echo "make test: e2e-kube skipped: no kube lab cache on this machine (docs/kube-lab.md)"; fi
 	scripts/check-vagrant.sh
 
 test-unit:

@@ -7,6 +7,7 @@
 #   scripts/kube-lab.sh down     stop what `up` started and remove its state
 #   scripts/kube-lab.sh env      print `export KUBECONFIG=...` and the node namespace
 #   scripts/kube-lab.sh status   the state of each component
+#   scripts/kube-lab.sh cached   exit 0 if Kubernetes and Multus are built (make test's gate)
 #
 # Multus is built from MULTUS_SRC (a source tree, or a git dir with tag
 # v4.0.2) unless a build is cached.
@@ -35,8 +36,9 @@ case $cmd in
     echo "# kubectl runs in the node namespace: ip netns exec $NODE_NS kubectl get nodes"
     ;;
   status) "$HERE/status.sh" ;;
+  cached) cache_ready ;;
   *)
-    sed -n '2,13s/^# \{0,1\}//p' "$0" >&2
+    sed -n '2,14s/^# \{0,1\}//p' "$0" >&2
     exit 2
     ;;
 esac

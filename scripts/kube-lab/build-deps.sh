@@ -47,7 +47,7 @@ packages() {
 
 multus() {
   local out=$MULTUS_DIR key
-  key="multus $MULTUS_VERSION $(go version 2>/dev/null || echo nogo)"
+  key=$(multus_key)
   if stamp_ok "$out/.stamp" "$key" && [[ -x $out/multus && -s $out/nad-crd.yaml ]]; then
     log "multus: cached in $out"; return 0
   fi

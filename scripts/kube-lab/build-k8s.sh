@@ -11,7 +11,7 @@ exec 9>"$CACHE/.build-k8s.lock"
 flock 9
 
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
-key="k8s $K8S_VERSION deb $K8S_DEB_SRC_VERSION $(go version 2>/dev/null || echo nogo)"
+key=$(k8s_key)
 if stamp_ok "$BIN/.stamp-k8s" "$key"; then
   ok=1
   for c in "${COMPONENTS[@]}"; do [[ -x $BIN/$c ]] || ok=0; done

@@ -30,6 +30,22 @@ die() { printf '[kube-lab] error: %s\n' "$*" >&2; exit 1; }
 # A stamp file says a cached artefact was built for a given key.
 stamp_ok() { [[ -f $1 && $(cat "$1") == "$2" ]]; }
 stamp_set() { printf '%s\n' "$2" >"$1"; }
+# The keys of the two slow builds: a change of version or of Go rebuilds.
+k8s_key() { echo "k8s $K8S_VERSION deb $K8S_DEB_SRC_VERSION $(go version 2>/dev/null || echo nogo)"; }
+multus_key() { echo "multus $MULTUS_VERSION $(go version 2>/dev/null || echo nogo)"; }
+# cache_ready: whether Kubernetes and Multus are built (the rest `up` makes
+# in seconds); says what is missing on stderr otherwise.
+cache_ready() {
+  local missing=()
+  stamp_ok "$BIN/.stamp-k8s" "$(k8s_key)" || missing+=("Kubernetes $K8S_VERSION (scripts/kube-lab.sh build, ~8 min)")
+  { stamp_ok "$MULTUS_DIR/.stamp" "$(multus_key)" && [[ -x $MULTUS_DIR/multus ]]; } ||
+    missing+=("Multus $MULTUS_VERSION (needs its source: MULTUS_SRC=... scripts/kube-lab.sh build)")
+  if ((${#missing[@]})); then
+    local IFS=';'
+    printf 'no cached %s under %s\n' "${missing[*]}" "$CACHE" >&2
+    return 1
+  fi
+}
 
 PAUSE_IMAGE=localhost/kube-lab/pause:busybox
 CLIENT_IMAGE=localhost/kube-lab/busybox:1
