@@ -151,9 +151,16 @@ pub struct RunArgs {
     /// How often to probe TCP targets that saw no connection (seconds, 0: never).
     #[arg(long, default_value = "30", value_parser = secs)]
     pub probe_interval: Duration,
-    /// POST the status JSON here when attachments or forward states change.
-    #[arg(long, value_parser = webhook)]
+    /// POST the status JSON here when attachments or forward states change,
+    /// and every --status-webhook-interval (edgelink-operator's /v1/status).
+    #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK", value_parser = webhook)]
     pub status_webhook: Option<String>,
+    /// Each status POST carries `Authorization: Bearer <this file's content>`.
+    #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK_TOKEN_FILE", value_parser = absolute)]
+    pub status_webhook_token_file: Option<PathBuf>,
+    /// POST the status at least this often, changed or not (seconds, 0: only on changes).
+    #[arg(long, default_value = "10", value_parser = secs)]
+    pub status_webhook_interval: Duration,
     /// This node's name in /status (default: $NODE_NAME, else the hostname).
     #[arg(long)]
     pub node_name: Option<String>,

@@ -75,6 +75,20 @@ fn a_bad_flag_exits_64_with_a_message_naming_it() {
             ],
             "--status-webhook",
         ),
+        (
+            &[
+                "run",
+                "--state-dir",
+                &sd,
+                "--status-webhook-token-file",
+                "token",
+            ],
+            "--status-webhook-token-file",
+        ),
+        (
+            &["run", "--state-dir", &sd, "--status-webhook-interval", "-1"],
+            "--status-webhook-interval",
+        ),
         (&["status", "--status-addr", "nowhere"], "--status-addr"),
         (&["frobnicate"], "frobnicate"),
     ];

@@ -361,3 +361,97 @@ fn the_status_webhook_posts_the_status_when_an_attachment_appears_and_goes() {
         rx.attachment_counts()
     );
 }
+
+/// The forward `name` in a received status document, if there.
+fn posted_forward(body: &str, name: &str) -> Option<Value> {
+    let j: Value = serde_json::from_str(body).ok()?;
+    j["attachments"][0]["forwards"]
+        .as_array()?
+        .iter()
+        .find(|f| f["name"] == name)
+        .cloned()
+}
+
+/// edgelink-operator's DeviceReachable rests on this: with no heartbeat
+/// (`--status-webhook-interval 0`), a forward's reachability that changes
+/// is POSTed by itself, and every POST carries the token file's bearer
+/// token (read at each POST: a rotated token is sent from the next one).
+#[test]
+fn the_status_webhook_posts_a_reachability_change_with_the_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let token_s = token.to_str().unwrap().to_string();
+    let flags = [
+        "--status-webhook",
+        "http://127.0.0.1:18081/v1/status",
+        "--status-webhook-interval",
+        "0",
+        "--status-webhook-token-file",
+        &token_s,
+        "--probe-interval",
+        "1",
+    ];
+    let mut l = DLab::with(Opts {
+        flags: &flags,
+        daemon: false,
+        add: false,
+        ..Default::default()
+    });
+    let rx = Receiver::start(&l.lab.node, 18081);
+    l.start_daemon();
+    l.add();
+    let api_is = |want: &str| {
+        let want = want.to_string();
+        move |got: &Vec<(String, String)>| {
+            got.iter().any(|(_, b)| {
+                posted_forward(b, "api").is_some_and(|f| f["reachability"]["state"] == want.as_str())
+            })
+        }
+    };
+    let reachable = api_is("reachable");
+    assert!(
+        wait_until(Duration::from_secs(10), || reachable(&rx.got.lock().unwrap())),
+        "no POST with api reachable: {:?}",
+        rx.attachment_counts()
+    );
+    // The device goes away: only the probe notices, no attachment changes.
+    std::fs::write(&token, "rotated\n").unwrap();
+    let before = rx.got.lock().unwrap().len();
+    l.lab.device.ip(&["link", "set", "dev0", "down"]);
+    let unreachable = api_is("unreachable");
+    assert!(
+        wait_until(Duration::from_secs(20), || unreachable(&rx.got.lock().unwrap())),
+        "no POST with api unreachable after the device went down"
+    );
+    let got = rx.got.lock().unwrap();
+    assert!(got.len() > before);
+    for (i, (head, _)) in got.iter().enumerate() {
+        let want = if i < before { "authorization: bearer s3cret" } else { "authorization: bearer rotated" };
+        assert!(head.to_lowercase().contains(want), "POST {i} lacks {want:?}: {head}");
+    }
+    drop(got);
+    l.lab.device.ip(&["link", "set", "dev0", "up"]);
+}
+
+/// Counters move without a state change: the heartbeat carries them, and
+/// tells the operator the node is alive.
+#[test]
+fn the_status_webhook_posts_at_least_every_interval_without_changes() {
+    let mut l = DLab::with(Opts {
+        flags: &["--status-webhook", "http://127.0.0.1:18082/hook", "--status-webhook-interval", "1"],
+        daemon: false,
+        add: false,
+        ..Default::default()
+    });
+    let rx = Receiver::start(&l.lab.node, 18082);
+    l.start_daemon();
+    l.add();
+    l.wait_serving();
+    // Let the start settle, then count over a quiet stretch.
+    std::thread::sleep(Duration::from_secs(2));
+    let n0 = rx.got.lock().unwrap().len();
+    std::thread::sleep(Duration::from_secs(5));
+    let n = rx.got.lock().unwrap().len() - n0;
+    assert!((3..=8).contains(&n), "{n} POSTs in 5 s at --status-webhook-interval 1");
+}
