@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the DaemonSet's image without a registry, a base image or a container
+# Build the DaemonSet's (and edgelink-operator's) image without a registry, a base image or a container
 # builder: a root filesystem with the static edgelinkd and plugin,
 # install-cni.sh and busybox (its /bin/sh), packed as an OCI image archive
 # (oci-layout, index.json, manifest, config, one gzip layer) named
@@ -14,6 +14,7 @@
 # Environment (default):
 #   EDGELINKD  static edgelinkd    (target/<host>/release/edgelinkd)
 #   PLUGIN     static plugin       (target/<host>/release/edgelink)
+#   OPERATOR   static edgelink-operator (target/<host>/operator/edgelink-operator)
 #   BUSYBOX    a static busybox    (/bin/busybox, Debian's busybox-static)
 #   VERSION    the image's tag     (the workspace version in Cargo.toml)
 #   OUT        the archive         (target/image/edgelink-<version>.oci.tar)
@@ -34,6 +35,7 @@ host=$(rustc -vV | sed -n 's/^host: //p')
 VERSION=${VERSION:-$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)}
 EDGELINKD=${EDGELINKD:-target/$host/release/edgelinkd}
 PLUGIN=${PLUGIN:-target/$host/release/edgelink}
+OPERATOR=${OPERATOR:-target/$host/operator/edgelink-operator}
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 OUT=${1:-${OUT:-target/image/edgelink-$VERSION.oci.tar}}
 readonly IMAGE_NAME=edgelink:$VERSION
@@ -44,7 +46,7 @@ readonly APPLETS=(sh cat chmod cmp cp echo env ls mkdir mktemp mv printf readlin
 
 [[ -n $VERSION ]] || die "no version in Cargo.toml"
 command -v readelf >/dev/null || die "readelf not found (binutils)"
-for bin in "$EDGELINKD" "$PLUGIN" "$BUSYBOX"; do
+for bin in "$EDGELINKD" "$PLUGIN" "$OPERATOR" "$BUSYBOX"; do
     [[ -f $bin ]] || die "$bin: not found (make release; apt-get install busybox-static)"
     if readelf -lW "$bin" | grep -q 'Requesting program interpreter'; then
         die "$bin is dynamically linked: the image has no libc (make release builds both static)"
@@ -64,6 +66,7 @@ install -d -m 0755 "$root"/{bin,dev,etc,opt/edgelink/bin,proc,run,sys,usr/local/
 install -d -m 1777 "$root/tmp"
 install -m 0755 "$EDGELINKD" "$root/usr/local/bin/edgelinkd"
 install -m 0755 "$PLUGIN" "$root/opt/edgelink/bin/edgelink"
+install -m 0755 "$OPERATOR" "$root/usr/local/bin/edgelink-operator"
 install -m 0755 daemonset/install-cni.sh "$root/usr/local/bin/install-cni.sh"
 install -m 0755 "$BUSYBOX" "$root/bin/busybox"
 for applet in "${APPLETS[@]}"; do

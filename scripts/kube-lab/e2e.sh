@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The end-to-end checks of issue 10 on the kube lab (`make e2e-kube`):
+# The end-to-end checks of issues 10 and 11 (e2e-operator.sh) on the kube lab (`make e2e-kube`):
 # `scripts/kube-lab.sh up` (which installs edgelink: edgelink.sh), then one
 # PASS/FAIL line per check, then "N passed, M failed". The lab is brought
 # down at the end, always, unless KEEP=1. docs/kube-lab.md lists the checks.
@@ -393,6 +393,10 @@ YAML
   [[ -n $got && $phase == ContainerCreating ]]
 }
 check "9 NAD with mode \"tunnel\": pod stays ContainerCreating, describe shows edgelink's message word for word" c9_bad_nad
+
+# --- O1-O9. edgelink-operator: scripts/kube-lab/e2e-operator.sh ------------------------------------------
+# shellcheck source=scripts/kube-lab/e2e-operator.sh
+. "$HERE/e2e-operator.sh"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

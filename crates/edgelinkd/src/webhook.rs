@@ -57,7 +57,13 @@ fn signature(s: &crate::model::Status) -> Vec<(String, String, String, String, S
             })
         })
         .chain(s.attachments.iter().map(|a| {
-            (a.container_id.clone(), a.state.clone(), String::new(), String::new(), String::new())
+            (
+                a.container_id.clone(),
+                a.state.clone(),
+                String::new(),
+                String::new(),
+                String::new(),
+            )
         }))
         .collect()
 }

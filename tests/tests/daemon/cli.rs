@@ -86,7 +86,13 @@ fn a_bad_flag_exits_64_with_a_message_naming_it() {
             "--status-webhook-token-file",
         ),
         (
-            &["run", "--state-dir", &sd, "--status-webhook-interval", "often"],
+            &[
+                "run",
+                "--state-dir",
+                &sd,
+                "--status-webhook-interval",
+                "often",
+            ],
             "--status-webhook-interval",
         ),
         (&["status", "--status-addr", "nowhere"], "--status-addr"),

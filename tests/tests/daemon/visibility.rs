@@ -405,13 +405,16 @@ fn the_status_webhook_posts_a_reachability_change_with_the_bearer_token() {
         let want = want.to_string();
         move |got: &Vec<(String, String)>| {
             got.iter().any(|(_, b)| {
-                posted_forward(b, "api").is_some_and(|f| f["reachability"]["state"] == want.as_str())
+                posted_forward(b, "api")
+                    .is_some_and(|f| f["reachability"]["state"] == want.as_str())
             })
         }
     };
     let reachable = api_is("reachable");
     assert!(
-        wait_until(Duration::from_secs(10), || reachable(&rx.got.lock().unwrap())),
+        wait_until(Duration::from_secs(10), || reachable(
+            &rx.got.lock().unwrap()
+        )),
         "no POST with api reachable: {:?}",
         rx.attachment_counts()
     );
@@ -421,14 +424,23 @@ fn the_status_webhook_posts_a_reachability_change_with_the_bearer_token() {
     l.lab.device.ip(&["link", "set", "dev0", "down"]);
     let unreachable = api_is("unreachable");
     assert!(
-        wait_until(Duration::from_secs(20), || unreachable(&rx.got.lock().unwrap())),
+        wait_until(Duration::from_secs(20), || unreachable(
+            &rx.got.lock().unwrap()
+        )),
         "no POST with api unreachable after the device went down"
     );
     let got = rx.got.lock().unwrap();
     assert!(got.len() > before);
     for (i, (head, _)) in got.iter().enumerate() {
-        let want = if i < before { "authorization: bearer s3cret" } else { "authorization: bearer rotated" };
-        assert!(head.to_lowercase().contains(want), "POST {i} lacks {want:?}: {head}");
+        let want = if i < before {
+            "authorization: bearer s3cret"
+        } else {
+            "authorization: bearer rotated"
+        };
+        assert!(
+            head.to_lowercase().contains(want),
+            "POST {i} lacks {want:?}: {head}"
+        );
     }
     drop(got);
     l.lab.device.ip(&["link", "set", "dev0", "up"]);
@@ -439,7 +451,12 @@ fn the_status_webhook_posts_a_reachability_change_with_the_bearer_token() {
 #[test]
 fn the_status_webhook_posts_at_least_every_interval_without_changes() {
     let mut l = DLab::with(Opts {
-        flags: &["--status-webhook", "http://127.0.0.1:18082/hook", "--status-webhook-interval", "1"],
+        flags: &[
+            "--status-webhook",
+            "http://127.0.0.1:18082/hook",
+            "--status-webhook-interval",
+            "1",
+        ],
         daemon: false,
         add: false,
         ..Default::default()
@@ -453,5 +470,8 @@ fn the_status_webhook_posts_at_least_every_interval_without_changes() {
     let n0 = rx.got.lock().unwrap().len();
     std::thread::sleep(Duration::from_secs(5));
     let n = rx.got.lock().unwrap().len() - n0;
-    assert!((3..=8).contains(&n), "{n} POSTs in 5 s at --status-webhook-interval 1");
+    assert!(
+        (3..=8).contains(&n),
+        "{n} POSTs in 5 s at --status-webhook-interval 1"
+    );
 }

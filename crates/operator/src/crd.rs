@@ -1,0 +1,399 @@
+//! The custom resources, group `edgelink.io`, version `v1alpha1`: their Rust
+//! types are the source of the CRDs (`edgelink-operator crds`, stored in
+//! daemonset/operator/crds.yaml). Every rule the plugin enforces on the fields
+//! that end up in a NetworkAttachmentDefinition is in the OpenAPI schema, so
+//! `kubectl apply` refuses bad input with the apiserver's own message; what
+//! a schema of Kubernetes 1.20 cannot say (cross-field rules, overlaps, a
+//! node's range) is checked by the controller (`validate.rs`) and reported
+//! in status.
+//!
+//! Kubernetes 1.20 is the floor: no CEL rules, only structural schemas with
+//! `pattern`, `format`, `minimum`/`maximum`, `enum`, `oneOf` and list maps.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const GROUP: &str = "edgelink.io";
+pub const VERSION: &str = "v1alpha1";
+
+/// A Service port name, as the plugin checks a forward's name: DNS label
+/// characters, at most 15.
+pub const PORT_NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// A Linux interface name: 1 to 15 characters, no `/`, `:` or whitespace.
+pub const IFNAME_PATTERN: &str = r"^[^/:\s]{1,15}$";
+/// The CNI network name (it keys the node's IPAM store).
+pub const CNI_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]*$";
+/// An object name that can also be a DNS label (Service, StatefulSet pod).
+pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// IPv4 or IPv6 CIDR (`format: cidr` is validated by the apiserver too).
+pub const CIDR_PATTERN: &str = r"^[0-9a-fA-F:.]+/[0-9]{1,3}$";
+
+fn ip_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "description": "An IPv4 or IPv6 address.",
+        "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]
+    })
+}
+
+fn optional_ip_schema(g: &mut SchemaGenerator) -> Schema {
+    ip_schema(g)
+}
+
+fn cidr_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "description": "An IPv4 or IPv6 CIDR (a bare address is not accepted: give /32 or /128).",
+        "format": "cidr",
+        "pattern": CIDR_PATTERN
+    })
+}
+
+fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {"type": "string", "format": "cidr", "pattern": CIDR_PATTERN}
+    })
+}
+
+/// A device on an edge node's private segment, exposed to the cluster as a
+/// Service of the same name. The operator makes its NetworkAttachmentDefinition,
+/// its proxy pod (a one-pod StatefulSet pinned to the node) and its Service.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "edgelink.io",
+    version = "v1alpha1",
+    kind = "Device",
+    namespaced,
+    status = "DeviceStatus",
+    shortname = "dev",
+    category = "edgelink",
+    doc = "A device on an edge node's private segment, exposed as a Service of the same name.",
+    printcolumn(
+        name = "Node",
+        type_ = "string",
+        json_path = ".status.node",
+        description = "the edge node of the proxy pod"
+    ),
+    printcolumn(
+        name = "Address",
+        type_ = "string",
+        json_path = ".spec.address",
+        description = "the device's address on its segment"
+    ),
+    printcolumn(
+        name = "Ports",
+        type_ = "string",
+        json_path = ".status.portList",
+        description = "port/protocol of each port"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "the Service has a ready proxy whose forwards all listen"
+    ),
+    printcolumn(
+        name = "Reachable",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"DeviceReachable\")].status",
+        description = "edgelinkd on the node reaches the device"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("oneOf" = [{"required": ["nodeName"]}, {"required": ["nodeSelector"]}]))]
+pub struct DeviceSpec {
+    /// The edge node cabled to the device's segment. Exactly one of
+    /// nodeName and nodeSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: Option<String>,
+    /// Labels that select exactly one node (the controller reports
+    /// NodeSelectorAmbiguous or NoNodeSelected otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// The device's address on the segment; the proxy pod may reach only it.
+    #[schemars(schema_with = "ip_schema")]
+    pub address: String,
+    /// The EdgeNetwork (cluster-scoped) of the segment.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub network: String,
+    /// The ports clients reach at `<device>.<namespace>.svc:<port>`.
+    #[schemars(length(min = 1, max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub ports: Vec<DevicePort>,
+}
+
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+    /// As a Service port spells it.
+    pub fn service(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+        }
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DevicePort {
+    /// The Service port's and the forward's name.
+    #[schemars(
+        length(min = 1, max = 15),
+        regex(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    pub protocol: Protocol,
+    /// The Service's port, and the port the proxy pod listens on.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u32,
+    /// The device's port (default: port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub target_port: Option<u32>,
+    /// The Service port's appProtocol (http, https, h2c, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub app_protocol: Option<String>,
+    /// TCP connect timeout towards the device (plugin `connectTimeoutMs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 600000))]
+    pub connect_timeout_ms: Option<u32>,
+}
+
+impl DevicePort {
+    pub fn target_port(&self) -> u32 {
+        self.target_port.unwrap_or(self.port)
+    }
+}
+
+/// What the operator made and what edgelinkd on the node reports.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceStatus {
+    /// `Reconciled`, `Ready`, `DeviceReachable`.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The node the proxy pod is on (or is meant for, before it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The proxy pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The proxy pod's address on the segment (net1): what the device sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment_address: Option<String>,
+    /// `8080/tcp,5000/udp`: the ports column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_list: Option<String>,
+    /// Per port, from edgelinkd's last report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortStatus>,
+    /// When edgelinkd on the node last reported (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_at: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortStatus {
+    pub name: String,
+    pub protocol: String,
+    pub port: u32,
+    /// edgelinkd's listener in the proxy pod: listening, starting, failed, refused, stopped.
+    pub listener: String,
+    pub listening: bool,
+    /// `True`, `False` or `Unknown`: the last connect (TCP) or reply (UDP).
+    pub reachable: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachability_error: Option<String>,
+    pub active_connections: u64,
+    pub total_connections: u64,
+    pub bytes_to_device: u64,
+    pub bytes_from_device: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// A private segment behind edge nodes: the plugin settings every Device on
+/// it shares (the bridge NAD a hand-written setup references by name).
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "edgelink.io",
+    version = "v1alpha1",
+    kind = "EdgeNetwork",
+    shortname = "en",
+    category = "edgelink",
+    doc = "A private segment behind edge nodes: the plugin settings its Devices share.",
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
+    printcolumn(name = "Uplink", type_ = "string", json_path = ".spec.uplink"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EdgeNetworkSpec {
+    /// The CNI network name, which keys each node's IPAM store (default:
+    /// the EdgeNetwork's name). Keep it when a hand-written NAD already
+    /// allocates on the segment, so both share one store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    )]
+    pub cni_name: Option<String>,
+    #[serde(default)]
+    pub mode: Mode,
+    /// Bridge mode: the node's Linux bridge (default edge0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[^/:\s]{1,15}$"))]
+    pub bridge: Option<String>,
+    /// The node's NIC on the segment: the bridge's port, or the macvlan master
+    /// (required with mode macvlan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[^/:\s]{1,15}$"))]
+    pub uplink: Option<String>,
+    /// Macvlan mode only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macvlan_mode: Option<MacvlanMode>,
+    /// Bridge mode only: move the uplink's addresses to the bridge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub move_uplink_addresses: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 68, max = 65535))]
+    pub mtu: Option<u32>,
+    /// Bridge mode only: VLAN filtering, the pod port untagged in this VLAN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4094))]
+    pub vlan: Option<u32>,
+    pub ipam: EdgeIpam,
+    /// Where devices may be (CIDRs). A Device's address must lie inside;
+    /// default: the subnets of the node's ranges. Each proxy pod may reach
+    /// only its own device's address whatever this says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "cidr_list_schema")]
+    pub allowed_targets: Vec<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Bridge,
+    Macvlan,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MacvlanMode {
+    Bridge,
+    Private,
+    Vepa,
+    Passthru,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EdgeIpam {
+    /// The addresses proxy pods get on the segment, per node: a node's
+    /// Devices take their proxy's address from that node's ranges.
+    #[schemars(length(min = 1, max = 256))]
+    pub ranges: Vec<NodeRange>,
+    /// Never handed out (CIDRs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "cidr_list_schema")]
+    pub exclude: Vec<String>,
+    /// Routes in the proxy pod through net1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRange {
+    /// The node these addresses are for.
+    #[schemars(length(min = 1, max = 253))]
+    pub node: String,
+    #[schemars(schema_with = "cidr_schema")]
+    pub subnet: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_ip_schema")]
+    pub range_start: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_ip_schema")]
+    pub range_end: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_ip_schema")]
+    pub gateway: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Route {
+    #[schemars(schema_with = "cidr_schema")]
+    pub dst: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_ip_schema")]
+    pub gw: Option<String>,
+}
+
+/// The NetworkAttachmentDefinition of Multus (`k8s.cni.cncf.io/v1`), as
+/// far as the operator writes it. Its CRD is Multus's, never installed by us.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "k8s.cni.cncf.io",
+    version = "v1",
+    kind = "NetworkAttachmentDefinition",
+    plural = "network-attachment-definitions",
+    namespaced
+)]
+pub struct NetworkAttachmentDefinitionSpec {
+    /// The CNI configuration, JSON in a string.
+    pub config: String,
+}
+
+/// Both CRDs as one multi-document YAML, as stored in
+/// daemonset/operator/crds.yaml.
+pub fn crds_yaml() -> String {
+    use kube::CustomResourceExt;
+    let mut out = String::from(
+        "# Generated by `edgelink-operator crds` from crates/operator/src/crd.rs:\n\
+         # do not edit. A test (crates/operator/tests/crds.rs) keeps it current.\n",
+    );
+    for crd in [Device::crd(), EdgeNetwork::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_norway::to_string(&crd).expect("a CRD serialises"));
+    }
+    out
+}

@@ -1,0 +1,284 @@
+//! edgelink-operator: Device and EdgeNetwork custom resources make each
+//! device's NetworkAttachmentDefinition, proxy pod and Service, and the
+//! Device's status shows its health as edgelinkd reports it.
+//!
+//!   edgelink-operator run [--listen 0.0.0.0:8080] [--webhook-token-file F] ...
+//!   edgelink-operator crds            the CRDs as YAML (daemonset/operator/crds.yaml)
+//!
+//! docs/operator.md: install, the resources, status.
+
+mod run;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use edgelink_operator::render::ProxyPodSettings;
+use run::controller::Ctx;
+use run::leader::Election;
+use run::metrics::Metrics;
+use run::reports::Reports;
+use run::server::App;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const MANAGER: &str = edgelink_operator::render::MANAGER;
+/// The Lease's own field manager (kube-lease-manager applies it).
+pub const MANAGER_LEASE: &str = "edgelink-operator-lease";
+
+#[derive(Parser)]
+#[command(
+    name = "edgelink-operator",
+    version,
+    about = "Devices as custom resources: NAD, proxy pod and Service per device, and device health"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the controller (in-cluster config, else $KUBECONFIG or ~/.kube/config).
+    Run(RunArgs),
+    /// Print the CustomResourceDefinitions (YAML).
+    Crds,
+}
+
+fn secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(v) if (1..=86400).contains(&v) => Ok(Duration::from_secs(v)),
+        _ => Err(format!("{s:?} is not a number of seconds in 1..=86400")),
+    }
+}
+
+fn label(s: &str) -> Result<Option<(String, String)>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok(Some((k.into(), v.into()))),
+        _ => Err(format!("{s:?} is not KEY=VALUE (or empty: none)")),
+    }
+}
+
+#[derive(Parser)]
+struct RunArgs {
+    /// /healthz, /readyz, /metrics and the webhook (POST /v1/status).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// The namespace of the Lease and of the webhook Service.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "edgelink-system")]
+    namespace: String,
+    /// This replica's name in the Lease (the pod's name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// This replica's address, for the webhook Service's Endpoints.
+    #[arg(long, env = "POD_IP")]
+    pod_ip: Option<IpAddr>,
+    /// The Lease of the leader election.
+    #[arg(long, default_value = "edgelink-operator")]
+    lease: String,
+    /// A Service without selector whose Endpoints the leader points at
+    /// itself, for edgelinkd's reports (empty: leave Endpoints alone).
+    #[arg(long, default_value = "edgelink-operator-webhook")]
+    webhook_service: String,
+    /// Reports must carry `Authorization: Bearer <this file's content>`.
+    #[arg(long, env = "EDGELINK_OPERATOR_WEBHOOK_TOKEN_FILE")]
+    webhook_token_file: Option<PathBuf>,
+    /// The proxy pod's image (it only holds a network namespace).
+    #[arg(long, default_value = "registry.k8s.io/pause:3.9")]
+    proxy_image: String,
+    /// The node label edgelinkd's DaemonSet selects; proxy pods require it too
+    /// (empty: do not require a label).
+    #[arg(long, default_value = "edgelink.io/edge=true", value_parser = label)]
+    edge_node_label: Option<(String, String)>,
+    /// Reconcile every Device at least this often (seconds).
+    #[arg(long, default_value = "30", value_parser = secs)]
+    resync: Duration,
+    /// A node's report older than this says nothing (seconds): DeviceReachable
+    /// turns Unknown. Keep it above 2 x edgelinkd's --status-webhook-interval.
+    #[arg(long, default_value = "35", value_parser = secs)]
+    report_stale_after: Duration,
+    /// error, warn, info, debug or trace.
+    #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    log_level: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Crds => {
+            print!("{}", edgelink_operator::crd::crds_yaml());
+            Ok(())
+        }
+        Cmd::Run(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                        tracing_subscriber::EnvFilter::new(format!("{},kube=warn", args.log_level))
+                    }),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?
+                .block_on(run(args))
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if let Some(f) = &args.webhook_token_file {
+        let t = std::fs::read_to_string(f)
+            .with_context(|| format!("--webhook-token-file {}", f.display()))?;
+        anyhow::ensure!(
+            !t.trim().is_empty(),
+            "--webhook-token-file {}: is empty",
+            f.display()
+        );
+    } else {
+        tracing::warn!("no --webhook-token-file: status reports are taken from anyone who can reach the webhook");
+    }
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes API: not in a pod, and no $KUBECONFIG or ~/.kube/config")?;
+    preflight(&client).await?;
+
+    let metrics = Arc::new(Metrics::new());
+    let (reports, triggers) = Reports::new();
+    let reports = Arc::new(reports);
+    let app = Arc::new(App {
+        metrics: metrics.clone(),
+        reports: reports.clone(),
+        leader: AtomicBool::new(false),
+        synced: AtomicBool::new(false),
+        token_file: args.webhook_token_file.clone(),
+    });
+    let server = tokio::spawn(run::server::serve(app.clone(), args.listen));
+
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| nix_hostname())
+        .unwrap_or_else(|| format!("edgelink-operator-{}", std::process::id()));
+    let election = Election {
+        namespace: args.namespace.clone(),
+        lease: args.lease.clone(),
+        identity: identity.clone(),
+    };
+    let term = shutdown_signal();
+    tokio::pin!(term);
+    let (mut lease, lease_task) = tokio::select! {
+        r = run::leader::acquire(client.clone(), &election) => r?,
+        _ = &mut term => {
+            tracing::info!("stopped before leading");
+            return Ok(());
+        }
+        r = server => return Err(anyhow::anyhow!("the HTTP endpoint stopped: {r:?}")),
+    };
+    app.leader.store(true, Ordering::Relaxed);
+    metrics.leader.set(1);
+    if !args.webhook_service.is_empty() {
+        match args.pod_ip {
+            Some(ip) => {
+                run::leader::claim_webhook(
+                    client.clone(),
+                    &args.namespace,
+                    &args.webhook_service,
+                    &identity,
+                    ip,
+                    args.listen.port(),
+                )
+                .await?
+            }
+            None => tracing::warn!(
+                "no --pod-ip ($POD_IP): the webhook Service's Endpoints are left alone"
+            ),
+        }
+    }
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        settings: ProxyPodSettings {
+            image: args.proxy_image.clone(),
+            edge_label: args.edge_node_label.clone(),
+        },
+        reports,
+        metrics: metrics.clone(),
+        resync: args.resync,
+        stale_after: args.report_stale_after,
+        started: Instant::now(),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run::controller::run(
+        ctx,
+        triggers,
+        app.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let lost = tokio::select! {
+        _ = &mut term => false,
+        _ = lease.wait_for(|leading| !*leading) => true,
+    };
+    // Stop reconciling before the lease is given up.
+    app.leader.store(false, Ordering::Relaxed);
+    metrics.leader.set(0);
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    drop(lease);
+    let _ = tokio::time::timeout(Duration::from_secs(5), lease_task).await;
+    if lost {
+        // Another replica leads now; start over as a standby.
+        anyhow::bail!(
+            "lost the lease {}/{}: exiting so that the pod restarts as a standby",
+            args.namespace,
+            args.lease
+        );
+    }
+    tracing::info!("stopped; lease released");
+    Ok(())
+}
+
+fn nix_hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The APIs the operator needs must be there: its CRDs and Multus's NAD.
+async fn preflight(client: &kube::Client) -> anyhow::Result<()> {
+    use edgelink_operator::crd::{Device, EdgeNetwork, NetworkAttachmentDefinition};
+    use kube::api::{Api, ListParams};
+    let lp = ListParams::default().limit(1);
+    Api::<Device>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("Device (devices.edgelink.io) cannot be listed: kubectl apply -f daemonset/operator/crds.yaml, and check the RBAC")?;
+    Api::<EdgeNetwork>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("EdgeNetwork (edgenetworks.edgelink.io) cannot be listed: kubectl apply -f daemonset/operator/crds.yaml")?;
+    Api::<NetworkAttachmentDefinition>::all(client.clone())
+        .list(&lp)
+        .await
+        .context(
+            "NetworkAttachmentDefinition (k8s.cni.cncf.io) cannot be listed: is Multus installed?",
+        )?;
+    Ok(())
+}

@@ -1,0 +1,398 @@
+//! What edgelinkd reports through `--status-webhook` (the JSON of its
+//! /status, as far as the operator reads it) and the device health made of
+//! it: per port listening, reachable, connections, bytes; the
+//! `DeviceReachable` condition. The wire format is edgelinkd's model.rs;
+//! unknown fields are ignored and missing ones take defaults, so either
+//! side may be upgraded first.
+
+use crate::crd::{Device, PortStatus, Protocol};
+use serde::Deserialize;
+use std::time::{Duration, SystemTime};
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NodeReport {
+    pub node: String,
+    pub version: String,
+    pub attachments: Vec<ReportAttachment>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportAttachment {
+    pub container_id: String,
+    pub ifname: String,
+    pub pod_namespace: Option<String>,
+    pub pod_name: Option<String>,
+    /// `serving` or `failed`.
+    pub state: String,
+    pub error: Option<String>,
+    pub interface: ReportInterface,
+    pub forwards: Vec<ReportForward>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportInterface {
+    pub name: String,
+    pub ips: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportForward {
+    pub name: String,
+    pub protocol: String,
+    pub port: u32,
+    pub listener: String,
+    pub active_connections: u64,
+    pub total_connections: u64,
+    pub bytes_to_target: u64,
+    pub bytes_to_client: u64,
+    pub udp_sessions_total: u64,
+    pub last_error: Option<String>,
+    pub reachability: ReportReachability,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportReachability {
+    /// `reachable`, `unreachable` or `unknown`.
+    pub state: String,
+    pub error: Option<String>,
+}
+
+/// A report as received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub report: NodeReport,
+    pub at: SystemTime,
+}
+
+/// A condition's status, reason and message, before it gets its times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Verdict {
+    fn new(status: &'static str, reason: &'static str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The device's health as its node's edgelinkd last told it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    pub ports: Vec<PortStatus>,
+    /// net1's address (without its prefix length).
+    pub segment_address: Option<String>,
+    pub reachable: Verdict,
+    /// `None`: nothing known; else whether every port's listener is up.
+    pub listening: Option<Result<(), String>>,
+    pub reported_at: Option<SystemTime>,
+}
+
+/// The attachment of `pod` (namespace, name) on net1 in `report`: the
+/// serving one if an old and a new sandbox of the pod are both there.
+pub fn attachment<'a>(report: &'a NodeReport, ns: &str, pod: &str) -> Option<&'a ReportAttachment> {
+    let mut found = report.attachments.iter().filter(|a| {
+        a.pod_namespace.as_deref() == Some(ns)
+            && a.pod_name.as_deref() == Some(pod)
+            && a.ifname == crate::render::SEGMENT_IFNAME
+    });
+    let first = found.next()?;
+    if first.state == "serving" {
+        return Some(first);
+    }
+    found.find(|a| a.state == "serving").or(Some(first))
+}
+
+/// `stale_after`: a report older than this says nothing any more (the
+/// node's edgelinkd posts at least every `--status-webhook-interval`).
+pub fn health(
+    d: &Device,
+    node: &str,
+    pod: &str,
+    received: Option<&Received>,
+    now: SystemTime,
+    stale_after: Duration,
+) -> Health {
+    let unknown = |reason: &'static str, message: String| Health {
+        ports: Vec::new(),
+        segment_address: None,
+        reachable: Verdict::new("Unknown", reason, message),
+        listening: None,
+        reported_at: received.map(|r| r.at),
+    };
+    let Some(r) = received else {
+        return unknown(
+            "NoReport",
+            format!(
+                "edgelinkd on node {node} has not reported to the operator (its --status-webhook)"
+            ),
+        );
+    };
+    let age = now.duration_since(r.at).unwrap_or_default();
+    if age > stale_after {
+        return unknown(
+            "ReportStale",
+            format!(
+                "edgelinkd on node {node} last reported {}s ago",
+                age.as_secs()
+            ),
+        );
+    }
+    let ns = d.metadata.namespace.as_deref().unwrap_or("");
+    let Some(a) = attachment(&r.report, ns, pod) else {
+        return unknown(
+            "ProxyNotServed",
+            format!("edgelinkd on node {node} serves no attachment of pod {ns}/{pod}"),
+        );
+    };
+    let segment_address = a
+        .interface
+        .ips
+        .first()
+        .map(|ip| ip.split('/').next().unwrap_or(ip).to_string());
+    let mut ports = Vec::new();
+    let mut not_listening = Vec::new();
+    let (mut reachable, mut unreachable) = (Vec::new(), Vec::new());
+    for p in &d.spec.ports {
+        let Some(f) = a
+            .forwards
+            .iter()
+            .find(|f| f.name == p.name && f.protocol.eq_ignore_ascii_case(p.protocol.as_str()))
+        else {
+            // The pod's forwards come from the NAD at ADD: a port added
+            // since is there once the replaced pod is.
+            not_listening.push(format!("{} (not in the proxy pod's forwards yet)", p.name));
+            ports.push(PortStatus {
+                name: p.name.clone(),
+                protocol: p.protocol.as_str().into(),
+                port: p.port,
+                listener: "absent".into(),
+                reachable: "Unknown".into(),
+                ..Default::default()
+            });
+            continue;
+        };
+        let listening = f.listener == "listening";
+        if !listening {
+            not_listening.push(format!("{} ({})", p.name, f.listener));
+        }
+        let state = match f.reachability.state.as_str() {
+            "reachable" => {
+                reachable.push(p.name.clone());
+                "True"
+            }
+            "unreachable" => {
+                unreachable.push(format!(
+                    "{} ({}/{}): {}",
+                    p.name,
+                    p.target_port(),
+                    p.protocol.as_str(),
+                    f.reachability.error.as_deref().unwrap_or("no answer")
+                ));
+                "False"
+            }
+            _ => "Unknown",
+        };
+        ports.push(PortStatus {
+            name: p.name.clone(),
+            protocol: p.protocol.as_str().into(),
+            port: p.port,
+            listener: f.listener.clone(),
+            listening,
+            reachable: state.into(),
+            reachability_error: f.reachability.error.clone(),
+            active_connections: f.active_connections,
+            total_connections: if p.protocol == Protocol::Udp {
+                f.udp_sessions_total
+            } else {
+                f.total_connections
+            },
+            bytes_to_device: f.bytes_to_target,
+            bytes_from_device: f.bytes_to_client,
+            last_error: f.last_error.clone(),
+        });
+    }
+    let reachable_verdict = if !unreachable.is_empty() {
+        Verdict::new("False", "Unreachable", unreachable.join("; "))
+    } else if !reachable.is_empty() {
+        Verdict::new(
+            "True",
+            "Reachable",
+            format!(
+                "edgelinkd on node {node} reached the device on {}",
+                reachable.join(", ")
+            ),
+        )
+    } else if a.state != "serving" {
+        Verdict::new(
+            "Unknown",
+            "ProxyFailed",
+            format!(
+                "edgelinkd on node {node}: {}",
+                a.error.as_deref().unwrap_or("the attachment failed")
+            ),
+        )
+    } else {
+        Verdict::new(
+            "Unknown",
+            "NotChecked",
+            "no connect to the device yet (a UDP-only device is reachable once it answered)",
+        )
+    };
+    Health {
+        ports,
+        segment_address,
+        reachable: reachable_verdict,
+        listening: Some(if not_listening.is_empty() {
+            Ok(())
+        } else {
+            Err(not_listening.join(", "))
+        }),
+        reported_at: Some(r.at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::device;
+
+    /// A report as edgelinkd's model.rs writes it (a trimmed /status).
+    fn report(api: &str, api_err: Option<&str>) -> NodeReport {
+        serde_json::from_value(serde_json::json!({
+            "node": "kedge1", "version": "0.1.0", "startedAt": 1, "lastReconcileAt": 2, "draining": false,
+            "attachments": [
+                {"containerId": "old", "ifname": "net1", "network": "plant-floor", "podNamespace": "hil",
+                 "podName": "device01-01-0", "netns": "/run/netns/x", "mode": "bridge", "state": "failed",
+                 "interface": {"name": "net1", "mac": "m", "ips": ["172.17.16.201/24"]}, "forwards": []},
+                {"containerId": "c1", "ifname": "net1", "network": "plant-floor", "podNamespace": "hil",
+                 "podName": "device01-01-0", "netns": "/run/netns/y", "mode": "bridge", "state": "serving",
+                 "interface": {"name": "net1", "mac": "m", "ips": ["172.17.16.200/24"]},
+                 "forwards": [
+                    {"name": "api", "protocol": "tcp", "port": 8080, "target": "172.17.16.120:8080", "listener": "listening",
+                     "activeConnections": 1, "totalConnections": 7, "bytesToTarget": 100, "bytesToClient": 200,
+                     "reachability": {"state": api, "checkedAt": 3, "error": api_err}},
+                    {"name": "telemetry", "protocol": "udp", "port": 5000, "target": "172.17.16.120:5000", "listener": "listening",
+                     "udpSessionsTotal": 2, "reachability": {"state": "unknown", "checkedAt": 0}},
+                    {"name": "http", "protocol": "tcp", "port": 80, "target": "172.17.16.120:80", "listener": "failed",
+                     "reachability": {"state": "unknown", "checkedAt": 0}}
+                 ]}
+            ],
+            "malformedRecords": [], "reclaimedTotal": 0
+        }))
+        .unwrap()
+    }
+
+    fn got(r: NodeReport, at: SystemTime) -> Received {
+        Received { report: r, at }
+    }
+
+    #[test]
+    fn per_port_state_and_counters_come_from_the_serving_attachment() {
+        let now = SystemTime::now();
+        let h = health(
+            &device(),
+            "kedge1",
+            "device01-01-0",
+            Some(&got(report("reachable", None), now)),
+            now,
+            Duration::from_secs(35),
+        );
+        assert_eq!(h.segment_address.as_deref(), Some("172.17.16.200"));
+        assert_eq!(h.reachable.status, "True");
+        let api = &h.ports[0];
+        assert_eq!(
+            (
+                api.listening,
+                api.reachable.as_str(),
+                api.total_connections,
+                api.bytes_to_device,
+                api.bytes_from_device
+            ),
+            (true, "True", 7, 100, 200)
+        );
+        assert_eq!(h.ports[1].total_connections, 2, "UDP counts sessions");
+        assert_eq!(h.listening, Some(Err("http (failed)".into())));
+    }
+
+    #[test]
+    fn an_unreachable_port_makes_the_device_unreachable_with_the_error() {
+        let now = SystemTime::now();
+        let h = health(
+            &device(),
+            "kedge1",
+            "device01-01-0",
+            Some(&got(report("unreachable", Some("No route to host")), now)),
+            now,
+            Duration::from_secs(35),
+        );
+        assert_eq!(
+            (h.reachable.status, h.reachable.reason),
+            ("False", "Unreachable")
+        );
+        assert!(
+            h.reachable
+                .message
+                .contains("api (8080/tcp): No route to host"),
+            "{}",
+            h.reachable.message
+        );
+    }
+
+    #[test]
+    fn no_report_a_stale_one_or_no_attachment_is_unknown() {
+        let now = SystemTime::now();
+        let d = device();
+        let stale = Duration::from_secs(35);
+        assert_eq!(
+            health(&d, "kedge1", "device01-01-0", None, now, stale)
+                .reachable
+                .reason,
+            "NoReport"
+        );
+        let old = got(report("reachable", None), now - Duration::from_secs(60));
+        assert_eq!(
+            health(&d, "kedge1", "device01-01-0", Some(&old), now, stale)
+                .reachable
+                .reason,
+            "ReportStale"
+        );
+        let fresh = got(report("reachable", None), now);
+        let h = health(&d, "kedge1", "other-0", Some(&fresh), now, stale);
+        assert_eq!(
+            (h.reachable.status, h.reachable.reason),
+            ("Unknown", "ProxyNotServed")
+        );
+        assert!(h.listening.is_none());
+    }
+
+    #[test]
+    fn a_port_the_pod_does_not_serve_yet_is_not_listening() {
+        let now = SystemTime::now();
+        let mut d = device();
+        d.spec.ports[0].name = "api2".into();
+        let h = health(
+            &d,
+            "kedge1",
+            "device01-01-0",
+            Some(&got(report("reachable", None), now)),
+            now,
+            Duration::from_secs(35),
+        );
+        assert_eq!(h.ports[0].listener, "absent");
+        assert!(
+            matches!(&h.listening, Some(Err(m)) if m.contains("api2 (not in the proxy pod's forwards yet)"))
+        );
+    }
+}

@@ -1,0 +1,586 @@
+//! The Device controller. For each Device:
+//!
+//! 1. check it (`validate`) and find its EdgeNetwork and its node;
+//! 2. apply its NetworkAttachmentDefinition, StatefulSet and Service
+//!    (server-side apply, field manager `edgelink-operator`, owner
+//!    reference to the Device), unless an object of that name exists that
+//!    this Device does not own: then nothing is applied and the conflict
+//!    is reported;
+//! 3. write its status: conditions `Reconciled`, `Ready`,
+//!    `DeviceReachable`, the proxy pod, its node and segment address, and
+//!    per port what the node's edgelinkd last reported.
+//!
+//! Deleting a Device deletes its objects through their owner references
+//! (the garbage collector). Every Device is reconciled again each
+//! `--resync`, on any change of it or its objects, of its proxy pod, of
+//! its EdgeNetwork, and when its node's report changes its proxy's states.
+
+use crate::run::metrics::{Metrics, Outcome, Reason};
+use crate::run::reports::Reports;
+use edgelink_operator::crd::{Device, DeviceStatus, EdgeNetwork, NetworkAttachmentDefinition};
+use edgelink_operator::render::{self, ProxyPodSettings, DEVICE_LABEL, MANAGER};
+use edgelink_operator::report::{self, Verdict};
+use edgelink_operator::validate;
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Kube { what, source }
+}
+
+pub struct Ctx {
+    pub client: Client,
+    pub settings: ProxyPodSettings,
+    pub reports: Arc<Reports>,
+    pub metrics: Arc<Metrics>,
+    /// Reconcile every Device at least this often.
+    pub resync: Duration,
+    /// A report older than this tells nothing.
+    pub stale_after: Duration,
+    /// Reports may not have arrived yet this soon after taking the lead:
+    /// keep the DeviceReachable the Device has.
+    pub started: Instant,
+}
+
+/// Why the objects were not applied.
+struct NotApplied {
+    reason: &'static str,
+    message: String,
+    outcome: &'static str,
+}
+
+fn not_applied(
+    reason: &'static str,
+    outcome: &'static str,
+    message: impl Into<String>,
+) -> NotApplied {
+    NotApplied {
+        reason,
+        outcome,
+        message: message.into(),
+    }
+}
+
+/// Find the node: `nodeName`, or the one node `nodeSelector` selects.
+async fn resolve_node(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    if let Some(n) = &d.spec.node_name {
+        return Ok(
+            match nodes
+                .get_opt(n)
+                .await
+                .map_err(kube_err(format!("get node {n}")))?
+            {
+                Some(_) => Ok(n.clone()),
+                None => Err(not_applied(
+                    "NodeNotFound",
+                    "invalid",
+                    format!("node {n} does not exist"),
+                )),
+            },
+        );
+    }
+    let sel = d.spec.node_selector.clone().unwrap_or_default();
+    let expr = sel
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let list = nodes
+        .list(&ListParams::default().labels(&expr))
+        .await
+        .map_err(kube_err(format!("list nodes {expr}")))?;
+    let names: Vec<String> = list.items.iter().map(|n| n.name_any()).collect();
+    Ok(match names.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(not_applied(
+            "NoNodeSelected",
+            "invalid",
+            format!("nodeSelector {expr} selects no node"),
+        )),
+        many => Err(not_applied(
+            "NodeSelectorAmbiguous",
+            "invalid",
+            format!(
+                "nodeSelector {expr} selects {} nodes ({}): it must select one",
+                many.len(),
+                many.join(", ")
+            ),
+        )),
+    })
+}
+
+/// The owner that controls `meta`, if it is `d`.
+fn owned_by(meta: &kube::api::ObjectMeta, d: &Device) -> bool {
+    let uid = d.metadata.uid.as_deref();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
+
+/// `None` when `name` is free or ours; else who holds it.
+async fn conflict<K>(
+    api: &Api<K>,
+    kind: &str,
+    name: &str,
+    ns: &str,
+    d: &Device,
+) -> Result<Option<String>, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let found = api
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get {kind} {ns}/{name}")))?;
+    Ok(found.and_then(|o| {
+        if owned_by(o.meta(), d) {
+            return None;
+        }
+        let by = o
+            .meta()
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| format!("controlled by {} {}", r.kind, r.name))
+            .or_else(|| {
+                o.meta()
+                    .managed_fields
+                    .iter()
+                    .flatten()
+                    .filter_map(|m| m.manager.clone())
+                    .next()
+                    .map(|m| format!("made by {m}"))
+            })
+            .unwrap_or_else(|| "not made by this Device".into());
+        Some(format!(
+            "{kind} {ns}/{name} exists ({by}) and is left alone"
+        ))
+    }))
+}
+
+async fn apply<K>(api: &Api<K>, obj: &K, name: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let mut v = serde_json::to_value(obj).expect("objects serialise");
+    v["apiVersion"] = K::api_version(&()).into_owned().into();
+    v["kind"] = K::kind(&()).into_owned().into();
+    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(v))
+        .await
+        .map_err(kube_err(format!("apply {} {name}", K::kind(&()))))?;
+    Ok(())
+}
+
+/// Apply the three objects, or say why not.
+async fn make(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error> {
+    let name = d.name_any();
+    let ns = d.namespace().unwrap_or_default();
+    if let Err(e) = validate::device(d) {
+        return Ok(Err(not_applied("InvalidSpec", "invalid", e.to_string())));
+    }
+    let nets: Api<EdgeNetwork> = Api::all(ctx.client.clone());
+    let Some(net) = nets
+        .get_opt(&d.spec.network)
+        .await
+        .map_err(kube_err(format!("get EdgeNetwork {}", d.spec.network)))?
+    else {
+        return Ok(Err(not_applied(
+            "NetworkNotFound",
+            "invalid",
+            format!("EdgeNetwork {} does not exist", d.spec.network),
+        )));
+    };
+    if let Err(e) = validate::network(&net) {
+        return Ok(Err(not_applied(
+            "InvalidNetwork",
+            "invalid",
+            format!("EdgeNetwork {}: {e}", d.spec.network),
+        )));
+    }
+    let node = match resolve_node(ctx, d).await? {
+        Ok(n) => n,
+        Err(na) => return Ok(Err(na)),
+    };
+    if let Err(e) = validate::placement(d, &net, &node) {
+        return Ok(Err(not_applied(
+            "InvalidPlacement",
+            "invalid",
+            e.to_string(),
+        )));
+    }
+    let r = render::render(d, &net, &node, &ctx.settings);
+    let nads: Api<NetworkAttachmentDefinition> = Api::namespaced(ctx.client.clone(), &ns);
+    let stss: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut conflicts = Vec::new();
+    conflicts.extend(conflict(&nads, "NetworkAttachmentDefinition", &name, &ns, d).await?);
+    conflicts.extend(conflict(&stss, "StatefulSet", &name, &ns, d).await?);
+    conflicts.extend(conflict(&svcs, "Service", &name, &ns, d).await?);
+    if !conflicts.is_empty() {
+        return Ok(Err(not_applied(
+            "Conflict",
+            "conflict",
+            format!(
+                "{}; nothing was applied: delete or rename it, or rename the Device",
+                conflicts.join("; ")
+            ),
+        )));
+    }
+    // The NAD first: the pod's ADD reads it.
+    apply(&nads, &r.nad, &name).await?;
+    apply(&svcs, &r.service, &name).await?;
+    apply(&stss, &r.statefulset, &name).await?;
+    Ok(Ok(node))
+}
+
+fn cond(type_: &str, v: &Verdict, generation: Option<i64>, old: &[Condition]) -> Condition {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    // The transition time stays while the status does.
+    let since = old
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == v.status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(now);
+    Condition {
+        type_: type_.into(),
+        status: v.status.into(),
+        reason: v.reason.into(),
+        message: v.message.clone(),
+        observed_generation: generation,
+        last_transition_time: since,
+    }
+}
+
+fn verdict(status: &'static str, reason: &'static str, message: impl Into<String>) -> Verdict {
+    Verdict {
+        status,
+        reason,
+        message: message.into(),
+    }
+}
+
+/// The segment address Multus recorded for net1, when no report says it.
+fn net1_from_annotation(pod: &Pod) -> Option<String> {
+    let s = pod.annotations().get("k8s.v1.cni.cncf.io/network-status")?;
+    let v: serde_json::Value = serde_json::from_str(s).ok()?;
+    v.as_array()?
+        .iter()
+        .find(|n| n["interface"] == render::SEGMENT_IFNAME)?["ips"][0]
+        .as_str()
+        .map(str::to_string)
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub async fn reconcile(d: Arc<Device>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let t0 = Instant::now();
+    let r = reconcile_inner(&d, &ctx).await;
+    ctx.metrics.duration.observe(t0.elapsed().as_secs_f64());
+    match &r {
+        Ok((_, outcome)) => {
+            ctx.metrics
+                .reconciles
+                .get_or_create(&Outcome {
+                    outcome: outcome.to_string(),
+                })
+                .inc();
+        }
+        Err(e) => {
+            ctx.metrics
+                .reconciles
+                .get_or_create(&Outcome {
+                    outcome: "error".into(),
+                })
+                .inc();
+            let reason = match e {
+                Error::Kube {
+                    source: kube::Error::Api(s),
+                    ..
+                } => s.reason.clone(),
+                Error::Kube { .. } => "Client".into(),
+            };
+            ctx.metrics.errors.get_or_create(&Reason { reason }).inc();
+        }
+    }
+    r.map(|(a, _)| a)
+}
+
+async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str), Error> {
+    if d.metadata.deletion_timestamp.is_some() {
+        // The garbage collector deletes what it owns.
+        return Ok((Action::await_change(), "deleting"));
+    }
+    let name = d.name_any();
+    let ns = d.namespace().unwrap_or_default();
+    let gen = d.metadata.generation;
+    let old = d.status.clone().unwrap_or_default();
+    let mut status = DeviceStatus {
+        observed_generation: gen,
+        port_list: Some(render::port_list(d)),
+        ..Default::default()
+    };
+    let made = make(ctx, d).await?;
+    let (reconciled, outcome, node) = match &made {
+        Ok(node) => (
+            verdict(
+                "True",
+                "Applied",
+                format!("NetworkAttachmentDefinition, StatefulSet and Service {ns}/{name} applied for node {node}"),
+            ),
+            "ok",
+            Some(node.clone()),
+        ),
+        Err(na) => (verdict("False", na.reason, na.message.clone()), na.outcome, None),
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_name = render::pod_name(&name);
+    // Our pod only: a pod of that name that is not the StatefulSet's is not
+    // the proxy.
+    let pod = pods
+        .get_opt(&pod_name)
+        .await
+        .map_err(kube_err(format!("get pod {ns}/{pod_name}")))?
+        .filter(|p| p.labels().get(DEVICE_LABEL) == Some(&name));
+    let pod_node = pod
+        .as_ref()
+        .and_then(|p| p.spec.as_ref()?.node_name.clone());
+    status.node = pod_node.clone().or(node.clone());
+    status.pod = pod.as_ref().map(|_| pod_name.clone());
+    status.segment_address = pod.as_ref().and_then(net1_from_annotation);
+    let report_node = pod_node.or(node);
+    let health = report_node.as_deref().map(|n| {
+        report::health(
+            d,
+            n,
+            &pod_name,
+            ctx.reports.get(n).as_ref(),
+            SystemTime::now(),
+            ctx.stale_after,
+        )
+    });
+    let mut reachable = match (&made, &health) {
+        (Err(_), _) => verdict(
+            "Unknown",
+            "NotApplied",
+            "the Device's objects are not applied (see Reconciled)",
+        ),
+        (_, Some(h)) => h.reachable.clone(),
+        (_, None) => verdict("Unknown", "NoNode", "no node yet"),
+    };
+    // Just after taking the lead no report has come in yet: keep the
+    // last word of the previous leader for a report interval or two.
+    if reachable.reason == "NoReport" && ctx.started.elapsed() < ctx.stale_after {
+        if let Some(c) = old.conditions.iter().find(|c| c.type_ == "DeviceReachable") {
+            reachable = Verdict {
+                status: match c.status.as_str() {
+                    "True" => "True",
+                    "False" => "False",
+                    _ => "Unknown",
+                },
+                reason: "PreviousReport",
+                message: format!(
+                    "waiting for edgelinkd's first report since the operator started; before: {}",
+                    c.message
+                ),
+            };
+        }
+    }
+    let ready = match (&made, &pod, &health) {
+        (Err(_), _, _) => verdict(
+            "False",
+            "NotApplied",
+            "the Device's objects are not applied (see Reconciled)",
+        ),
+        (_, None, _) => verdict(
+            "False",
+            "NoProxyPod",
+            format!("pod {ns}/{pod_name} does not exist yet"),
+        ),
+        (_, Some(p), _) if !pod_ready(p) => verdict(
+            "False",
+            "ProxyNotReady",
+            format!(
+                "pod {ns}/{pod_name} is not ready ({})",
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_else(|| "Unknown".into())
+            ),
+        ),
+        (_, Some(_), Some(h)) => match &h.listening {
+            Some(Err(which)) => verdict(
+                "False",
+                "NotListening",
+                format!("edgelinkd does not listen on {which}"),
+            ),
+            Some(Ok(())) => verdict(
+                "True",
+                "Serving",
+                format!("pod {ns}/{pod_name} is ready and every port listens"),
+            ),
+            None => verdict(
+                "True",
+                "ProxyReady",
+                format!(
+                    "pod {ns}/{pod_name} is ready (no report from edgelinkd: {})",
+                    h.reachable.message
+                ),
+            ),
+        },
+        (_, Some(_), None) => verdict(
+            "True",
+            "ProxyReady",
+            format!("pod {ns}/{pod_name} is ready"),
+        ),
+    };
+    if let Some(h) = health.filter(|h| h.listening.is_some()) {
+        status.ports = h.ports;
+        if h.segment_address.is_some() {
+            status.segment_address = h.segment_address;
+        }
+        status.reported_at = h.reported_at.and_then(|t| {
+            let secs = t.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs() as i64;
+            Some(
+                k8s_openapi::jiff::Timestamp::from_second(secs)
+                    .ok()?
+                    .to_string(),
+            )
+        });
+    }
+    status.conditions = vec![
+        cond("Reconciled", &reconciled, gen, &old.conditions),
+        cond("Ready", &ready, gen, &old.conditions),
+        cond("DeviceReachable", &reachable, gen, &old.conditions),
+    ];
+    if status != old {
+        let devices: Api<Device> = Api::namespaced(ctx.client.clone(), &ns);
+        let body = serde_json::json!({
+            "apiVersion": Device::api_version(&()),
+            "kind": Device::kind(&()),
+            "status": status,
+        });
+        devices
+            .patch_status(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await
+            .map_err(kube_err(format!("status of Device {ns}/{name}")))?;
+    }
+    let action = match &made {
+        // Nothing will change by itself but the node or network: look again
+        // now and then.
+        Err(_) => Action::requeue(ctx.resync.max(Duration::from_secs(30))),
+        Ok(_) => Action::requeue(ctx.resync),
+    };
+    Ok((action, outcome))
+}
+
+pub fn error_policy(d: Arc<Device>, e: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(device = %d.name_any(), namespace = %d.namespace().unwrap_or_default(), error = %e, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Run the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Ctx>,
+    triggers: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Device>>,
+    synced: Arc<crate::run::server::App>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let devices: Api<Device> = Api::all(client.clone());
+    let managed =
+        watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"));
+    let controller = Controller::new(devices, watcher::Config::default())
+        .owns(
+            Api::<NetworkAttachmentDefinition>::all(client.clone()),
+            managed.clone(),
+        )
+        .owns(Api::<StatefulSet>::all(client.clone()), managed.clone())
+        .owns(Api::<Service>::all(client.clone()), managed.clone())
+        .watches(Api::<Pod>::all(client.clone()), managed, |p: Pod| {
+            let ns = p.namespace();
+            p.labels()
+                .get(DEVICE_LABEL)
+                .cloned()
+                .map(|d| ObjectRef::new(&d).within(&ns.unwrap_or_default()))
+        });
+    let store = controller.store();
+    let controller = controller
+        .watches(
+            Api::<EdgeNetwork>::all(client.clone()),
+            watcher::Config::default(),
+            {
+                let store = store.clone();
+                move |n: EdgeNetwork| {
+                    let net = n.name_any();
+                    store
+                        .state()
+                        .into_iter()
+                        .filter(|d| d.spec.network == net)
+                        .map(|d| ObjectRef::from_obj(&*d))
+                        .collect::<Vec<_>>()
+                }
+            },
+        )
+        .reconcile_on(tokio_stream_from(triggers))
+        .graceful_shutdown_on(shutdown);
+    tokio::spawn({
+        let store = store.clone();
+        async move {
+            if store.wait_until_ready().await.is_ok() {
+                synced.synced.store(true, Ordering::Relaxed);
+                tracing::info!("caches filled: ready");
+            }
+        }
+    });
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            match r {
+                Ok((o, _)) => tracing::debug!(device = %o.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "controller"),
+            }
+        })
+        .await;
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send + 'static {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

@@ -1,0 +1,398 @@
+//! What the CRD schema of Kubernetes 1.20 cannot check and the controller
+//! does before it makes anything: cross-field rules, the Device's name as
+//! a Service name, the network's ranges on the device's node, the device's
+//! address against them. A failed check is reported in the Device's status
+//! (`Reconciled` False, reason `InvalidSpec` or `InvalidNetwork`) and
+//! nothing is applied.
+
+use crate::crd::{Device, EdgeNetwork, Mode};
+use ipnetwork::IpNetwork;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// What is wrong, one finding per line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct Invalid(pub Vec<String>);
+
+fn finish(problems: Vec<String>) -> Result<(), Invalid> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Invalid(problems))
+    }
+}
+
+/// A DNS-1035 label: what a Service's name must be.
+fn is_dns1035(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[b.len() - 1] != b'-'
+}
+
+/// The checks of the Device alone (its network aside).
+pub fn device(d: &Device) -> Result<(), Invalid> {
+    let mut p = Vec::new();
+    let name = d.metadata.name.as_deref().unwrap_or("");
+    // The Service is named after the Device and the proxy pod `<name>-0`
+    // carries it as a label value (63 characters at most).
+    if !is_dns1035(name) || name.len() > 61 {
+        p.push(format!(
+            "metadata.name: {name:?} cannot name a Service and its proxy pod: it must be a DNS-1035 label \
+             (a-z first, then a-z, 0-9 and -, not ending in -) of at most 61 characters"
+        ));
+    }
+    match (&d.spec.node_name, &d.spec.node_selector) {
+        (Some(_), Some(_)) => p.push("spec: give nodeName or nodeSelector, not both".into()),
+        (None, None) => p.push("spec: nodeName or nodeSelector is required".into()),
+        (None, Some(sel)) if sel.is_empty() => {
+            p.push("spec.nodeSelector: is empty: it would select every node".into())
+        }
+        _ => {}
+    }
+    match d.spec.address.parse::<IpAddr>() {
+        Err(_) => p.push(format!("spec.address: {:?} is not an IP address", d.spec.address)),
+        Ok(a) if !is_unicast(a) => p.push(format!(
+            "spec.address: {a} is not a unicast address (unspecified, loopback, multicast or broadcast)"
+        )),
+        Ok(_) => {}
+    }
+    let mut names = BTreeMap::new();
+    let mut ports = BTreeMap::new();
+    for (i, port) in d.spec.ports.iter().enumerate() {
+        if let Some(j) = names.insert(port.name.as_str(), i) {
+            p.push(format!(
+                "spec.ports[{i}].name: {:?} is used by spec.ports[{j}]",
+                port.name
+            ));
+        }
+        if let Some(j) = ports.insert((port.protocol, port.port), i) {
+            p.push(format!(
+                "spec.ports[{i}]: {}/{} is used by spec.ports[{j}] ({})",
+                port.port,
+                port.protocol.as_str(),
+                d.spec.ports[j].name
+            ));
+        }
+        if !(1..=65535).contains(&port.port) {
+            p.push(format!(
+                "spec.ports[{i}].port: {} is not in 1..65535",
+                port.port
+            ));
+        }
+        if let Some(t) = port.target_port {
+            if !(1..=65535).contains(&t) {
+                p.push(format!(
+                    "spec.ports[{i}].targetPort: {t} is not in 1..65535"
+                ));
+            }
+        }
+    }
+    if d.spec.ports.is_empty() {
+        p.push("spec.ports: at least one port is required".into());
+    }
+    finish(p)
+}
+
+fn is_unicast(a: IpAddr) -> bool {
+    !(a.is_unspecified() || a.is_loopback() || a.is_multicast())
+        && a != IpAddr::V4(std::net::Ipv4Addr::BROADCAST)
+}
+
+fn parse_ip(field: &str, v: &str, p: &mut Vec<String>) -> Option<IpAddr> {
+    match v.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            p.push(format!("{field}: {v:?} is not an IP address"));
+            None
+        }
+    }
+}
+
+/// The network's own rules, as the plugin would refuse them at ADD.
+pub fn network(n: &EdgeNetwork) -> Result<(), Invalid> {
+    let mut p = Vec::new();
+    let s = &n.spec;
+    match s.mode {
+        Mode::Macvlan => {
+            if s.uplink.is_none() {
+                p.push("spec.uplink: is required with mode macvlan (the macvlan master)".into());
+            }
+            for (f, set) in [
+                ("bridge", s.bridge.is_some()),
+                ("moveUplinkAddresses", s.move_uplink_addresses.is_some()),
+                ("vlan", s.vlan.is_some()),
+            ] {
+                if set {
+                    p.push(format!("spec.{f}: is only valid with mode bridge"));
+                }
+            }
+        }
+        Mode::Bridge => {
+            if s.macvlan_mode.is_some() {
+                p.push("spec.macvlanMode: is only valid with mode macvlan".into());
+            }
+        }
+    }
+    // (node, start, end) of each range, for the overlap check.
+    let mut spans: Vec<(usize, &str, IpAddr, IpAddr)> = Vec::new();
+    for (i, r) in s.ipam.ranges.iter().enumerate() {
+        let f = format!("spec.ipam.ranges[{i}]");
+        let net: IpNetwork = match r.subnet.parse() {
+            Ok(n) => n,
+            Err(_) => {
+                p.push(format!("{f}.subnet: {:?} is not a CIDR", r.subnet));
+                continue;
+            }
+        };
+        let mut inside = |k: &str, v: &Option<String>| -> Option<IpAddr> {
+            let a = parse_ip(&format!("{f}.{k}"), v.as_deref()?, &mut p)?;
+            if !net.contains(a) {
+                p.push(format!("{f}.{k}: {a} is outside the subnet {net}"));
+                return None;
+            }
+            Some(a)
+        };
+        let start = inside("rangeStart", &r.range_start);
+        let end = inside("rangeEnd", &r.range_end);
+        inside("gateway", &r.gateway);
+        let start = start.unwrap_or_else(|| first_host(net));
+        let end = end.unwrap_or_else(|| last_host(net));
+        if start > end {
+            p.push(format!("{f}: rangeEnd {end} is before rangeStart {start}"));
+            continue;
+        }
+        for (j, node, s2, e2) in &spans {
+            if *node == r.node && start <= *e2 && *s2 <= end {
+                p.push(format!(
+                    "{f}: overlaps spec.ipam.ranges[{j}] on node {node}"
+                ));
+            }
+        }
+        spans.push((i, r.node.as_str(), start, end));
+    }
+    for (i, c) in s.allowed_targets.iter().enumerate() {
+        if c.parse::<IpNetwork>().is_err() {
+            p.push(format!("spec.allowedTargets[{i}]: {c:?} is not a CIDR"));
+        }
+    }
+    for (i, c) in s.ipam.exclude.iter().enumerate() {
+        if c.parse::<IpNetwork>().is_err() {
+            p.push(format!("spec.ipam.exclude[{i}]: {c:?} is not a CIDR"));
+        }
+    }
+    finish(p)
+}
+
+fn first_host(n: IpNetwork) -> IpAddr {
+    match n {
+        IpNetwork::V4(v) if v.prefix() < 31 => IpAddr::V4((u32::from(v.network()) + 1).into()),
+        IpNetwork::V6(v) if v.prefix() < 127 => IpAddr::V6((u128::from(v.network()) + 1).into()),
+        n => n.network(),
+    }
+}
+
+fn last_host(n: IpNetwork) -> IpAddr {
+    match n {
+        IpNetwork::V4(v) if v.prefix() < 31 => IpAddr::V4((u32::from(v.broadcast()) - 1).into()),
+        IpNetwork::V4(v) => IpAddr::V4(v.broadcast()),
+        IpNetwork::V6(v) => IpAddr::V6(v.broadcast()),
+    }
+}
+
+/// The Device on its network on `node`: the node has ranges of the
+/// device's family there, and the address is one a proxy may reach and
+/// not one a proxy may get.
+pub fn placement(d: &Device, n: &EdgeNetwork, node: &str) -> Result<(), Invalid> {
+    let mut p = Vec::new();
+    let Ok(addr) = d.spec.address.parse::<IpAddr>() else {
+        return Err(Invalid(vec![format!(
+            "spec.address: {:?} is not an IP address",
+            d.spec.address
+        )]));
+    };
+    let net_name = n.metadata.name.as_deref().unwrap_or("");
+    let ranges: Vec<_> = n
+        .spec
+        .ipam
+        .ranges
+        .iter()
+        .filter(|r| r.node == node)
+        .collect();
+    if ranges.is_empty() {
+        p.push(format!(
+            "EdgeNetwork {net_name} has no range for node {node}: add one to spec.ipam.ranges"
+        ));
+        return finish(p);
+    }
+    let subnets: Vec<IpNetwork> = ranges
+        .iter()
+        .filter_map(|r| r.subnet.parse().ok())
+        .collect();
+    if !subnets.iter().any(|s| s.is_ipv4() == addr.is_ipv4()) {
+        p.push(format!(
+            "EdgeNetwork {net_name} gives proxies on node {node} no {} address, so {addr} cannot be reached",
+            if addr.is_ipv4() { "IPv4" } else { "IPv6" }
+        ));
+    }
+    let allowed: Vec<IpNetwork> = if n.spec.allowed_targets.is_empty() {
+        subnets.clone()
+    } else {
+        n.spec
+            .allowed_targets
+            .iter()
+            .filter_map(|c| c.parse().ok())
+            .collect()
+    };
+    if !allowed.iter().any(|c| c.contains(addr)) {
+        p.push(format!(
+            "spec.address: {addr} is outside EdgeNetwork {net_name}'s allowed targets [{}] on node {node}",
+            allowed.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    for r in &ranges {
+        let Ok(net) = r.subnet.parse::<IpNetwork>() else {
+            continue;
+        };
+        if !net.contains(addr) {
+            continue;
+        }
+        let start = r
+            .range_start
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| first_host(net));
+        let end = r
+            .range_end
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| last_host(net));
+        if start <= addr && addr <= end {
+            p.push(format!(
+                "spec.address: {addr} is inside the range {start}-{end} that proxy pods on node {node} get their addresses from"
+            ));
+        }
+        if r.gateway.as_deref().and_then(|g| g.parse::<IpAddr>().ok()) == Some(addr) {
+            p.push(format!(
+                "spec.address: {addr} is the range's gateway on node {node}"
+            ));
+        }
+    }
+    finish(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{DevicePort, MacvlanMode, Protocol};
+
+    fn problems(r: Result<(), Invalid>) -> String {
+        r.err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_examples_are_valid() {
+        assert_eq!(device(&crate::fixtures::device()), Ok(()));
+        assert_eq!(network(&crate::fixtures::network()), Ok(()));
+        assert_eq!(
+            placement(
+                &crate::fixtures::device(),
+                &crate::fixtures::network(),
+                "kedge1"
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_device_name_that_cannot_name_a_service_is_refused() {
+        for bad in ["1device", "Device", "a".repeat(62).as_str()] {
+            let mut d = crate::fixtures::device();
+            d.metadata.name = Some(bad.to_string());
+            assert!(problems(device(&d)).contains("DNS-1035"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn duplicate_ports_and_bad_addresses_are_named() {
+        let mut d = crate::fixtures::device();
+        d.spec.ports.push(DevicePort {
+            name: "api2".into(),
+            protocol: Protocol::Tcp,
+            port: 8080,
+            target_port: None,
+            app_protocol: None,
+            connect_timeout_ms: None,
+        });
+        d.spec.address = "224.0.0.1".into();
+        let p = problems(device(&d));
+        assert!(
+            p.contains("spec.ports[3]: 8080/tcp is used by spec.ports[0] (api)"),
+            "{p}"
+        );
+        assert!(p.contains("224.0.0.1 is not a unicast address"), "{p}");
+        d.spec.node_selector = Some([("a".to_string(), "b".to_string())].into());
+        assert!(problems(device(&d)).contains("not both"));
+    }
+
+    #[test]
+    fn network_rules_of_the_plugin_are_checked() {
+        let mut n = crate::fixtures::network();
+        n.spec.mode = crate::crd::Mode::Macvlan;
+        n.spec.uplink = None;
+        n.spec.ipam.ranges[0].range_start = Some("172.17.17.1".into());
+        n.spec.ipam.ranges[1].node = "kedge1".into();
+        let p = problems(network(&n));
+        assert!(
+            p.contains("spec.uplink: is required with mode macvlan"),
+            "{p}"
+        );
+        assert!(
+            p.contains("spec.bridge: is only valid with mode bridge"),
+            "{p}"
+        );
+        assert!(
+            p.contains("rangeStart: 172.17.17.1 is outside the subnet 172.17.16.0/24"),
+            "{p}"
+        );
+        let mut n = crate::fixtures::network();
+        n.spec.macvlan_mode = Some(MacvlanMode::Vepa);
+        n.spec.ipam.ranges[1].node = "kedge1".into();
+        n.spec.ipam.ranges[1].range_start = Some("172.17.16.220".into());
+        let p = problems(network(&n));
+        assert!(
+            p.contains("macvlanMode: is only valid with mode macvlan"),
+            "{p}"
+        );
+        assert!(
+            p.contains("spec.ipam.ranges[1]: overlaps spec.ipam.ranges[0] on node kedge1"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn placement_needs_a_range_on_the_node_and_an_allowed_address_outside_it() {
+        let (d, n) = (crate::fixtures::device(), crate::fixtures::network());
+        assert!(problems(placement(&d, &n, "kworker1")).contains("has no range for node kworker1"));
+        let mut d2 = d.clone();
+        d2.spec.address = "172.17.16.210".into();
+        let p = problems(placement(&d2, &n, "kedge1"));
+        assert!(
+            p.contains("outside EdgeNetwork plant-floor's allowed targets"),
+            "{p}"
+        );
+        let mut n2 = n.clone();
+        n2.spec.allowed_targets.clear();
+        let p = problems(placement(&d2, &n2, "kedge1"));
+        assert!(
+            p.contains("inside the range 172.17.16.200-172.17.16.224"),
+            "{p}"
+        );
+        let mut d3 = d.clone();
+        d3.spec.address = "fd00::1".into();
+        assert!(problems(placement(&d3, &n, "kedge1")).contains("no IPv6 address"));
+    }
+}

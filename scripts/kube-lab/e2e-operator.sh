@@ -1,0 +1,257 @@
+# shellcheck shell=bash
+# The end-to-end checks of edgelink-operator (issue 11) on the kube lab:
+# sourced by e2e.sh after its own checks, on the same cluster, with its
+# helpers (kc, check, note, until_ok, on_node, in_pod_netns, client_netns,
+# ECHO) and its client pod hil/client. docs/kube-lab.md lists the checks.
+#
+# The operator runs in the cluster (daemonset/operator/, the image
+# edgelink:<version> that `make image-offline` builds carries it): the lab
+# advertises the node's address, so the `kubernetes` Service has endpoints
+# and in-cluster config works. The lab has no cluster DNS, so the
+# edgelinkd-webhook ConfigMap gets the webhook Service's ClusterIP instead
+# of its name.
+
+OP_DIR=$REPO/daemonset/operator
+OPNS=edgelink-system
+DEV=device01-02               # the Device the checks make (device01-01 is the hand-written one of check 2)
+DEV_POD=$DEV-0
+DEV_YAML=$RUN/e2e-$DEV.yaml
+
+# device_yaml [API_PORT] [HTTP_TIMEOUT_MS]: cni-conf/device01-01.yaml renamed to $DEV
+device_yaml() {
+  local api=${1:-8080} http_to=${2:-2000}
+  sed -e "s/name: device01-01\$/name: $DEV/" \
+    -e "s/{name: api, protocol: tcp, port: 8080}/{name: api, protocol: tcp, port: $api, targetPort: 8080}/" \
+    -e "s/connectTimeoutMs: 2000/connectTimeoutMs: $http_to/" \
+    "$REPO/cni-conf/device01-01.yaml" >"$DEV_YAML"
+  grep -q "name: $DEV\$" "$DEV_YAML"
+}
+cond() { # cond DEVICE TYPE: "status reason"
+  kc -n hil get device "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].status} {.status.conditions[?(@.type==\"$2\")].reason}"
+}
+cond_is() { [[ $(cond "$1" "$2") == "$3 "* ]]; }
+leader() { kc -n "$OPNS" get lease edgelink-operator -o jsonpath='{.spec.holderIdentity}'; }
+op_metric() { # op_metric POD_IP NAME: the sum of its samples
+  ip netns exec "$NODE_NS" curl -fsS --max-time 5 "http://$1:8080/metrics" |
+    awk -v m="$2" '$1 == m || index($1, m"{") == 1 { s += $2 } END { printf "%d\n", s }'
+}
+all_true() {
+  cond_is "$DEV" Reconciled True && cond_is "$DEV" Ready True && cond_is "$DEV" DeviceReachable True
+}
+
+# --- O1. the operator installs, one replica leads, edgelinkd reports to it ---------------------------------
+o1_install() {
+  local ip holder lip
+  kc apply -f "$OP_DIR/crds.yaml" >/dev/null || return 1
+  kc wait --for condition=established --timeout 30s crd/devices.edgelink.io crd/edgenetworks.edgelink.io >/dev/null || return 1
+  kc -n "$OPNS" get secret edgelink-status-token >/dev/null 2>&1 ||
+    kc -n "$OPNS" create secret generic edgelink-status-token --from-literal=token="$(head -c 32 /dev/urandom | base64)" >/dev/null
+  kc apply -f "$OP_DIR/rbac.yaml" -f "$OP_DIR/operator.yaml" >/dev/null || return 1
+  ip=$(kc -n "$OPNS" get svc edgelink-operator-webhook -o jsonpath='{.spec.clusterIP}')
+  kc -n "$OPNS" patch configmap edgelinkd-webhook --type merge \
+    -p "{\"data\":{\"EDGELINKD_STATUS_WEBHOOK\":\"http://$ip:8080/v1/status\"}}" >/dev/null || return 1
+  kc -n "$OPNS" rollout status deployment/edgelink-operator --timeout 120s >/dev/null || {
+    kc -n "$OPNS" logs -l app.kubernetes.io/name=edgelink-operator --tail 20 | sed 's/^/     | /'
+    return 1
+  }
+  kc -n "$OPNS" rollout restart daemonset/edgelinkd >/dev/null
+  kc -n "$OPNS" rollout status daemonset/edgelinkd --timeout 120s >/dev/null || return 1
+  DS_POD=$(ds_pod)
+  until_ok 30 test -n "$(leader)" || return 1
+  holder=$(leader)
+  lip=$(kc -n "$OPNS" get pod "$holder" -o jsonpath='{.status.podIP}')
+  LEADER_IP=$lip
+  until_ok 30 test "$(kc -n "$OPNS" get endpoints edgelink-operator-webhook -o jsonpath='{.subsets[0].addresses[0].ip}')" = "$lip" || return 1
+  # edgelinkd's first report reaches the leader
+  until_ok 30 test "$(op_metric "$lip" edgelink_operator_reports_total)" -ge 1 || return 1
+  note "2 replicas ready; leader $holder ($lip); webhook Service $ip -> $lip; reports taken: $(op_metric "$lip" edgelink_operator_reports_total)"
+}
+check "O1 operator: CRDs, RBAC, 2 replicas ready, one holds the Lease, the webhook Endpoints lead to it, edgelinkd reports" o1_install
+
+# --- O2. bad Devices are refused by the apiserver with the schema's message ---------------------------------
+o2_refused() {
+  local ok=0 i out
+  local -a bad=(
+    "ports: [{name: api, protocol: tcp, port: 70000}]|65535"
+    "ports: [{name: telemetry-channel1, protocol: udp, port: 5000}]|15"
+    "ports: [{name: API, protocol: tcp, port: 80}]|^[a-z0-9]([-a-z0-9]*[a-z0-9])?\$"
+    "ports: [{name: api, protocol: sctp, port: 80}]|supported values: \"tcp\", \"udp\""
+    "ports: [{name: api, protocol: tcp, port: 80}, {name: api, protocol: udp, port: 81}]|Duplicate value"
+    "ports: []|should have at least 1 items"
+  )
+  for i in "${bad[@]}"; do
+    out=$(kc -n hil apply -f - 2>&1 <<YAML
+apiVersion: edgelink.io/v1alpha1
+kind: Device
+metadata: {name: bad-device}
+spec:
+  nodeName: $NODE
+  network: plant-floor
+  address: 172.17.16.120
+  ${i%%|*}
+YAML
+    ) && { note "accepted: ${i%%|*}"; ok=1; continue; }
+    if [[ $out == *"${i#*|}"* ]]; then note "refused: ${i%%|*}: ...${out##*: spec.}"; else note "wrong message for ${i%%|*}: $out"; ok=1; fi
+  done
+  for i in "address: 300.1.2.3|ipv4" "address: device01|ipv4" "nodeSelector: {a: b}|oneOf"; do
+    out=$(kc -n hil apply -f - 2>&1 <<YAML
+apiVersion: edgelink.io/v1alpha1
+kind: Device
+metadata: {name: bad-device}
+spec:
+  nodeName: $NODE
+  network: plant-floor
+  ${i%%|*}
+$([[ $i == address* ]] || echo "  address: 172.17.16.120")
+  ports: [{name: api, protocol: tcp, port: 80}]
+YAML
+    ) && { note "accepted: ${i%%|*}"; ok=1; continue; }
+    if [[ $out == *"${i#*|}"* ]]; then note "refused: ${i%%|*}: ...${out##*: spec.}"; else note "wrong message for ${i%%|*}: $out"; ok=1; fi
+  done
+  out=$(printf 'apiVersion: edgelink.io/v1alpha1\nkind: Device\nmetadata: {name: bad-device}\nspec: {nodeName: %s}\n' "$NODE" |
+    kc -n hil apply -f - 2>&1) && ok=1
+  [[ $out == *"spec.address: Required value"* && $out == *"spec.ports: Required value"* ]] || ok=1
+  note "refused without address and ports: ...${out##*: spec}"
+  ! kc -n hil get device bad-device >/dev/null 2>&1 && ((ok == 0))
+}
+check "O2 bad Devices (port, name, protocol, duplicate, address, node choice, required fields) refused at apply with the schema's message" o2_refused
+
+# --- O3. a Device makes its NAD, StatefulSet and Service, and its status fills in ----------------------------
+o3_apply() {
+  local t0=$SECONDS k o
+  kc apply -f "$REPO/cni-conf/edgenetwork-plant-floor.yaml" >/dev/null || return 1
+  device_yaml && kc apply -f "$DEV_YAML" >/dev/null || return 1
+  until_ok 90 all_true || {
+    kc -n hil get device "$DEV" -o jsonpath='{.status}' | sed 's/^/     | /'
+    return 1
+  }
+  for k in network-attachment-definitions statefulset service; do
+    o=$(kc -n hil get "$k" "$DEV" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {.metadata.managedFields[*].manager}') || return 1
+    note "$k/$DEV: owner $o"
+    [[ $o == "Device/$DEV "*edgelink-operator* ]] || return 1
+  done
+  note "all conditions True in $((SECONDS - t0)) s; kubectl -n hil get devices:"
+  kc -n hil get devices | sed 's/^/     | /'
+  kc -n hil get devices | head -n 1 | grep -q 'NAME *NODE *ADDRESS *PORTS *READY *REACHABLE *AGE' &&
+    kc -n hil get devices | grep -Eq "^$DEV +$NODE +172\.17\.16\.120 +8080/tcp,5000/udp,80/tcp +True +True"
+}
+check "O3 Device $DEV: NAD, StatefulSet, Service owned by it (field manager edgelink-operator); Reconciled, Ready, DeviceReachable True; kubectl get devices" o3_apply
+
+o3_status() {
+  local st
+  st=$(kc -n hil get device "$DEV" -o json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["status"]
+ports = {p["name"]: p for p in s["ports"]}
+assert s["node"] == sys.argv[1] and s["pod"] == sys.argv[2], s
+assert s["segmentAddress"].startswith("172.17.16.2"), s
+assert all(p["listening"] for p in ports.values()), ports
+assert ports["api"]["reachable"] == "True", ports
+print(s["node"], s["pod"], s["segmentAddress"], " ".join(n + ":" + p["listener"] + "/" + p["reachable"] for n, p in ports.items()))
+' "$NODE" "$DEV_POD") || return 1
+  note "status: $st"
+}
+check "O3b status: node, proxy pod, its segment address, per port listening and reachable" o3_status
+
+# --- O4. a client pod reaches the device through the Service the Device made -------------------------------
+o4_traffic() {
+  local svc out
+  svc=$(kc -n hil get svc "$DEV" -o jsonpath='{.spec.clusterIP}')
+  CLIENT_NETNS=$(client_netns)
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" ping "$svc" 8080 20) || return 1
+  note "TCP $svc:8080 from the client pod: $out"
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" udp-ping "$svc" 5000 5) || return 1
+  note "UDP $svc:5000: $out"
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" http-get "$svc" 80 3) || return 1
+  note "HTTP $svc:80: $out"
+  # the counters come back in the status (at the next report and resync)
+  until_ok 60 test "$(kc -n hil get device "$DEV" -o jsonpath='{.status.ports[?(@.name=="api")].totalConnections}')" -ge 20 || return 1
+  note "status counts api: $(kc -n hil get device "$DEV" -o jsonpath='{.status.ports[?(@.name=="api")].totalConnections} connections, {.status.ports[?(@.name=="api")].bytesToDevice} bytes to the device')"
+}
+check "O4 client pod -> Service $DEV (made by the operator): TCP, UDP, HTTP reach the device; status counts them" o4_traffic
+
+# --- O5. editing the ports converges: Service, NAD, proxy pod replaced, traffic on the new port ----------------
+o5_edit() {
+  local uid0 uid1 svc out
+  uid0=$(kc -n hil get pod "$DEV_POD" -o jsonpath='{.metadata.uid}')
+  device_yaml 8081 && kc apply -f "$DEV_YAML" >/dev/null || return 1
+  until_ok 90 test "$(kc -n hil get svc "$DEV" -o jsonpath='{.spec.ports[?(@.name=="api")].port}')" = 8081 || return 1
+  until_ok 120 test "$(kc -n hil get device "$DEV" -o jsonpath='{.status.ports[?(@.name=="api")].port} {.status.ports[?(@.name=="api")].listening}')" = "8081 true" || return 1
+  until_ok 60 all_true || return 1
+  uid1=$(kc -n hil get pod "$DEV_POD" -o jsonpath='{.metadata.uid}')
+  kc -n hil get network-attachment-definitions "$DEV" -o jsonpath='{.spec.config}' | grep -q '"port": 8081' || return 1
+  svc=$(kc -n hil get svc "$DEV" -o jsonpath='{.spec.clusterIP}')
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" ping "$svc" 8081 5) || return 1
+  note "Service port api 8081, NAD forward 8081 -> :8080, proxy pod replaced ($([[ $uid0 != "$uid1" ]] && echo yes)), TCP $svc:8081: $out"
+  [[ $uid0 != "$uid1" ]] && ! in_pod_netns "$CLIENT_NETNS" timeout 3 python3 "$ECHO" ping "$svc" 8080 1 >/dev/null 2>&1
+}
+check "O5 api port 8080 -> 8081 (targetPort 8080): Service, NAD and proxy pod converge, 8081 relays, 8080 is gone" o5_edit
+
+# --- O6. a hand-made object of the same name is reported, not overwritten -----------------------------------
+o6_conflict() {
+  local rv0 rv1 c owners
+  rv0=$(kc -n hil get svc device01-01 -o jsonpath='{.metadata.resourceVersion}') || return 1
+  kc apply -f "$REPO/cni-conf/device01-01.yaml" >/dev/null || return 1
+  until_ok 30 cond_is device01-01 Reconciled False || return 1
+  c=$(kc -n hil get device device01-01 -o jsonpath='{.status.conditions[?(@.type=="Reconciled")].reason}: {.status.conditions[?(@.type=="Reconciled")].message}')
+  note "$c"
+  sleep 5
+  rv1=$(kc -n hil get svc device01-01 -o jsonpath='{.metadata.resourceVersion}')
+  owners=$(kc -n hil get svc,statefulset,network-attachment-definitions device01-01 -o jsonpath='{.items[*].metadata.ownerReferences[*].kind}')
+  note "the hand-made Service's resourceVersion $rv0 -> $rv1; owner kinds of the hand-made objects: [${owners}]"
+  kc -n hil delete device device01-01 --wait=true >/dev/null
+  kc -n hil get svc device01-01 >/dev/null || return 1
+  [[ $c == "Conflict: "*"Service hil/device01-01 exists"* && $rv0 == "$rv1" && $owners != *Device* ]]
+}
+check "O6 Device device01-01 beside the hand-made objects of check 2: Conflict in status, the Service untouched (and kept when the Device goes)" o6_conflict
+
+# --- O7. the operator restarted mid-reconcile: the standby takes over and converges -------------------------------
+o7_restart() {
+  local old new t0=$SECONDS
+  old=$(leader)
+  device_yaml 8081 3000 && kc apply -f "$DEV_YAML" >/dev/null || return 1
+  # at once: the leader is reconciling the edit (or about to)
+  kc -n "$OPNS" delete pod "$old" --grace-period=0 --force >/dev/null 2>&1
+  until_ok 60 test -n "$(leader)" -a "$(leader)" != "$old" || return 1
+  new=$(leader)
+  until_ok 120 test "$(kc -n hil get statefulset "$DEV" -o jsonpath='{.status.updateRevision}')" = \
+    "$(kc -n hil get statefulset "$DEV" -o jsonpath='{.status.currentRevision}')" || return 1
+  kc -n hil get network-attachment-definitions "$DEV" -o jsonpath='{.spec.config}' | grep -q '"connectTimeoutMs": 3000' || return 1
+  until_ok 90 all_true || return 1
+  LEADER_IP=$(kc -n "$OPNS" get pod "$new" -o jsonpath='{.status.podIP}')
+  until_ok 60 test "$(kc -n "$OPNS" get endpoints edgelink-operator-webhook -o jsonpath='{.subsets[0].addresses[0].ip}')" = "$LEADER_IP" || return 1
+  kc -n "$OPNS" rollout status deployment/edgelink-operator --timeout 120s >/dev/null || return 1
+  note "leader $old killed during the edit; $new leads, webhook -> $LEADER_IP; edit converged, all True after $((SECONDS - t0)) s"
+}
+check "O7 leader killed (--force) right after an edit: the standby takes the Lease and the webhook, the edit converges" o7_restart
+
+# --- O8. DeviceReachable follows the device ------------------------------------------------------------------
+o8_reachable() {
+  local t0 down up
+  until_ok 60 cond_is "$DEV" DeviceReachable True || return 1
+  ip -n "$DEVICE_NS" link set eth0 down
+  t0=$SECONDS
+  until_ok 30 cond_is "$DEV" DeviceReachable False
+  down=$((SECONDS - t0))
+  note "device link down: $(cond "$DEV" DeviceReachable) after $down s: $(kc -n hil get device "$DEV" -o jsonpath='{.status.conditions[?(@.type=="DeviceReachable")].message}')"
+  ip -n "$DEVICE_NS" link set eth0 up
+  t0=$SECONDS
+  until_ok 60 cond_is "$DEV" DeviceReachable True
+  up=$((SECONDS - t0))
+  note "device link up: $(cond "$DEV" DeviceReachable) after $up s"
+  cond_is "$DEV" DeviceReachable True && ((down < 30))
+}
+check "O8 device down: DeviceReachable False within 30 s; back up: True again" o8_reachable
+
+# --- O9. deleting the Device deletes what it made ---------------------------------------------------------------
+o9_delete() {
+  local t0=$SECONDS left
+  kc -n hil delete device "$DEV" >/dev/null || return 1
+  gone() { ! kc -n hil get "network-attachment-definitions/$DEV" "statefulset/$DEV" "service/$DEV" "pod/$DEV_POD" >/dev/null 2>&1 &&
+    [[ -z $(kc -n hil get network-attachment-definitions,statefulset,service,pod -o name 2>/dev/null | grep "/$DEV") ]]; }
+  until_ok 90 gone
+  left=$(kc -n hil get network-attachment-definitions,statefulset,service,pod -o name 2>/dev/null | grep "/$DEV" | tr '\n' ' ')
+  note "after $((SECONDS - t0)) s left: [${left}]"
+  [[ -z $left ]]
+}
+check "O9 Device deleted: its NAD, StatefulSet, Service and proxy pod are gone" o9_delete
