@@ -66,6 +66,9 @@ def why_skip():
     for b in ("edgelink", "edgelinkd"):
         if not os.path.isfile(os.path.join(rel, b)):
             return f"{rel}/{b} missing (make static)"
+    op = os.path.join(REPO, "target", host_triple(), "operator", "edgelink-operator")
+    if not os.path.isfile(op):
+        return f"{op} missing (make static-operator)"
     return None
 
 
@@ -134,6 +137,7 @@ class OfflineImage(unittest.TestCase):
             members = {m.name: m for m in t.getmembers()}
             for path in (
                 "usr/local/bin/edgelinkd",
+                "usr/local/bin/edgelink-operator",
                 "opt/edgelink/bin/edgelink",
                 "usr/local/bin/install-cni.sh",
                 "bin/busybox",
@@ -159,10 +163,11 @@ class OfflineImage(unittest.TestCase):
                 self.assertTrue(m.issym() and m.linkname == "busybox", applet)
             self.assertTrue(all(m.mtime == 0 for m in members.values()))
 
-    def test_the_daemonset_names_this_image(self):
-        with open(os.path.join(REPO, "daemonset", "daemonset.yaml")) as f:
-            images = re.findall(r"^\s+image: (\S+)$", f.read(), re.M)
-        self.assertEqual(set(images), {f"edgelink:{version()}"})
+    def test_the_daemonset_and_the_operator_name_this_image(self):
+        for part in ("daemonset.yaml", "operator/operator.yaml"):
+            with open(os.path.join(REPO, "daemonset", part)) as f:
+                images = re.findall(r"^\s+image: (\S+)$", f.read(), re.M)
+            self.assertEqual(set(images), {f"edgelink:{version()}"}, part)
 
     def test_same_inputs_same_digest(self):
         with open(self.archives[0], "rb") as a, open(self.archives[1], "rb") as b:

@@ -177,7 +177,11 @@ fn every_yaml_file_parses_and_every_nad_config_is_valid() {
                     forwards.insert(id, forward_ports(&conf));
                     nads += 1;
                 }
-                "Service" => services.push((path.clone(), id, doc)),
+                // A Service with a selector fronts pods: here, proxy pods.
+                // (edgelink-operator's webhook Service has none.)
+                "Service" if doc["spec"]["selector"].is_object() => {
+                    services.push((path.clone(), id, doc))
+                }
                 _ => {}
             }
         }
@@ -232,4 +236,25 @@ fn the_daemonset_mounts_the_plugins_state_dir() {
         "no hostPath volume for the plugin's state dir {}: {host_paths:?}",
         crate::config::DEFAULT_STATE_DIR
     );
+}
+
+/// What edgelink-operator writes into a Device's NAD passes the plugin's
+/// own validation: the example Device (cni-conf/device01-01.yaml) on its
+/// EdgeNetwork, on each node the network has ranges for.
+#[test]
+fn the_operators_nad_of_the_example_device_is_a_valid_config() {
+    use edgelink_operator::crd::{Device, EdgeNetwork};
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let device: Device = serde_norway::from_str(&read("cni-conf/device01-01.yaml")).unwrap();
+    let net: EdgeNetwork =
+        serde_norway::from_str(&read("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
+    for node in ["kedge1", "kedge2"] {
+        let mut conf = edgelink_operator::render::cni_config(&device, &net, node);
+        conf["ipam"]["nodeName"] = Value::String(node.into());
+        let parsed = NetConf::parse(conf.to_string().as_bytes()).unwrap();
+        Config::parse(parsed, &add_env())
+            .unwrap_or_else(|e| panic!("on {node}: {}: {conf}", e.into_cni()));
+        assert_eq!(forward_ports(&conf).len(), 3, "{conf}");
+    }
 }

@@ -43,6 +43,16 @@ fn optional_ip_schema(g: &mut SchemaGenerator) -> Schema {
     ip_schema(g)
 }
 
+/// schemars puts `null` into the enum of an `Option` of an enum, which
+/// the apiserver refuses: an absent field says None.
+fn macvlan_mode_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "description": "Macvlan mode only: bridge, private, vepa or passthru (default bridge).",
+        "enum": ["bridge", "private", "vepa", "passthru"]
+    })
+}
+
 fn cidr_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "string",
@@ -286,6 +296,7 @@ pub struct EdgeNetworkSpec {
     pub uplink: Option<String>,
     /// Macvlan mode only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "macvlan_mode_schema")]
     pub macvlan_mode: Option<MacvlanMode>,
     /// Bridge mode only: move the uplink's addresses to the bridge.
     #[serde(default, skip_serializing_if = "Option::is_none")]

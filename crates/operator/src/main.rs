@@ -53,13 +53,17 @@ fn secs(s: &str) -> Result<Duration, String> {
     }
 }
 
-fn label(s: &str) -> Result<Option<(String, String)>, String> {
-    if s.is_empty() {
-        return Ok(None);
-    }
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok(Some((k.into(), v.into()))),
-        _ => Err(format!("{s:?} is not KEY=VALUE (or empty: none)")),
+/// `KEY=VALUE`, or empty for none.
+fn label(s: &str) -> Option<(String, String)> {
+    let (k, v) = s.split_once('=')?;
+    Some((k.to_string(), v.to_string())).filter(|_| !k.is_empty())
+}
+
+fn label_arg(s: &str) -> Result<String, String> {
+    if s.is_empty() || label(s).is_some() {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not KEY=VALUE (or empty: none)"))
     }
 }
 
@@ -92,8 +96,8 @@ struct RunArgs {
     proxy_image: String,
     /// The node label edgelinkd's DaemonSet selects; proxy pods require it too
     /// (empty: do not require a label).
-    #[arg(long, default_value = "edgelink.io/edge=true", value_parser = label)]
-    edge_node_label: Option<(String, String)>,
+    #[arg(long, default_value = "edgelink.io/edge=true", value_parser = label_arg)]
+    edge_node_label: String,
     /// Reconcile every Device at least this often (seconds).
     #[arg(long, default_value = "30", value_parser = secs)]
     resync: Duration,
@@ -215,7 +219,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client: client.clone(),
         settings: ProxyPodSettings {
             image: args.proxy_image.clone(),
-            edge_label: args.edge_node_label.clone(),
+            edge_label: label(&args.edge_node_label),
         },
         reports,
         metrics: metrics.clone(),
@@ -281,4 +285,50 @@ async fn preflight(client: &kube::Client) -> anyhow::Result<()> {
             "NetworkAttachmentDefinition (k8s.cni.cncf.io) cannot be listed: is Multus installed?",
         )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent_and_parses() {
+        Cli::command().debug_assert();
+        let Cmd::Run(a) = Cli::try_parse_from(["edgelink-operator", "run"])
+            .unwrap()
+            .cmd
+        else {
+            panic!("not run")
+        };
+        assert_eq!(
+            label(&a.edge_node_label),
+            Some(("edgelink.io/edge".into(), "true".into()))
+        );
+        assert_eq!(
+            (a.resync, a.report_stale_after),
+            (Duration::from_secs(30), Duration::from_secs(35))
+        );
+        let Cmd::Run(a) =
+            Cli::try_parse_from(["edgelink-operator", "run", "--edge-node-label", ""])
+                .unwrap()
+                .cmd
+        else {
+            panic!("not run")
+        };
+        assert_eq!(label(&a.edge_node_label), None);
+        for bad in [
+            &["--edge-node-label", "=x"][..],
+            &["--resync", "0"],
+            &["--listen", "nowhere"],
+        ] {
+            let mut argv = vec!["edgelink-operator", "run"];
+            argv.extend_from_slice(bad);
+            let e = Cli::try_parse_from(argv)
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(e.contains(bad[0]), "{bad:?}: {e}");
+        }
+    }
 }

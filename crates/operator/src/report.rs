@@ -99,6 +99,42 @@ pub struct Health {
     pub reported_at: Option<SystemTime>,
 }
 
+/// Just after an operator takes the lead no report has come in yet: keep
+/// the previous leader's last word on reachability (reason
+/// `PreviousReport`) instead of `NoReport`, while `fresh` (younger than a
+/// report interval or two). Idempotent: applied to its own output it gives
+/// the same verdict, so the status does not change at each reconcile.
+pub fn carry_previous(
+    v: Verdict,
+    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    fresh: bool,
+) -> Verdict {
+    if v.reason != "NoReport" || !fresh {
+        return v;
+    }
+    let Some(c) = old.iter().find(|c| c.type_ == "DeviceReachable") else {
+        return v;
+    };
+    let status = match c.status.as_str() {
+        "True" => "True",
+        "False" => "False",
+        _ => "Unknown",
+    };
+    let message = if c.reason == "PreviousReport" {
+        c.message.clone()
+    } else {
+        format!(
+            "no report since the operator started; before: {}",
+            c.message
+        )
+    };
+    Verdict {
+        status,
+        reason: "PreviousReport",
+        message,
+    }
+}
+
 /// The attachment of `pod` (namespace, name) on net1 in `report`: the
 /// serving one if an old and a new sandbox of the pod are both there.
 pub fn attachment<'a>(report: &'a NodeReport, ns: &str, pod: &str) -> Option<&'a ReportAttachment> {
@@ -375,6 +411,39 @@ mod tests {
             ("Unknown", "ProxyNotServed")
         );
         assert!(h.listening.is_none());
+    }
+
+    #[test]
+    fn the_previous_leaders_word_is_carried_once_and_stays_the_same() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+        let c = |status: &str, reason: &str, message: &str| Condition {
+            type_: "DeviceReachable".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: None,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        };
+        let none = Verdict::new(
+            "Unknown",
+            "NoReport",
+            "edgelinkd on node kedge1 has not reported",
+        );
+        let old = [c("True", "Reachable", "reached the device on api")];
+        let v = carry_previous(none.clone(), &old, true);
+        assert_eq!((v.status, v.reason), ("True", "PreviousReport"));
+        assert!(
+            v.message.ends_with("before: reached the device on api"),
+            "{}",
+            v.message
+        );
+        // The next reconcile sees its own output: nothing changes.
+        let again = carry_previous(none.clone(), &[c(v.status, v.reason, &v.message)], true);
+        assert_eq!(again, v);
+        // Once stale, or with a real report, the verdict is the new one.
+        assert_eq!(carry_previous(none.clone(), &old, false), none);
+        let real = Verdict::new("False", "Unreachable", "api: refused");
+        assert_eq!(carry_previous(real.clone(), &old, true), real);
     }
 
     #[test]

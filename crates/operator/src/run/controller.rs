@@ -390,7 +390,7 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
             ctx.stale_after,
         )
     });
-    let mut reachable = match (&made, &health) {
+    let reachable = match (&made, &health) {
         (Err(_), _) => verdict(
             "Unknown",
             "NotApplied",
@@ -399,24 +399,11 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         (_, Some(h)) => h.reachable.clone(),
         (_, None) => verdict("Unknown", "NoNode", "no node yet"),
     };
-    // Just after taking the lead no report has come in yet: keep the
-    // last word of the previous leader for a report interval or two.
-    if reachable.reason == "NoReport" && ctx.started.elapsed() < ctx.stale_after {
-        if let Some(c) = old.conditions.iter().find(|c| c.type_ == "DeviceReachable") {
-            reachable = Verdict {
-                status: match c.status.as_str() {
-                    "True" => "True",
-                    "False" => "False",
-                    _ => "Unknown",
-                },
-                reason: "PreviousReport",
-                message: format!(
-                    "waiting for edgelinkd's first report since the operator started; before: {}",
-                    c.message
-                ),
-            };
-        }
-    }
+    let reachable = report::carry_previous(
+        reachable,
+        &old.conditions,
+        ctx.started.elapsed() < ctx.stale_after,
+    );
     let ready = match (&made, &pod, &health) {
         (Err(_), _, _) => verdict(
             "False",
@@ -523,6 +510,17 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let devices: Api<Device> = Api::all(client.clone());
+    // Ready (/readyz) once the Devices can be listed. (Not the controller's
+    // store: its readiness wakes one waiter only, which is the controller.)
+    match devices.list(&ListParams::default().limit(1)).await {
+        Ok(_) => {
+            synced.synced.store(true, Ordering::Relaxed);
+            tracing::info!("Devices listed: ready");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "listing Devices failed: not ready until the controller's watch works")
+        }
+    }
     let managed =
         watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"));
     let controller = Controller::new(devices, watcher::Config::default())
@@ -559,15 +557,6 @@ pub async fn run(
         )
         .reconcile_on(tokio_stream_from(triggers))
         .graceful_shutdown_on(shutdown);
-    tokio::spawn({
-        let store = store.clone();
-        async move {
-            if store.wait_until_ready().await.is_ok() {
-                synced.synced.store(true, Ordering::Relaxed);
-                tracing::info!("caches filled: ready");
-            }
-        }
-    });
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {

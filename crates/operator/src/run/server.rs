@@ -1,8 +1,8 @@
 //! The operator's HTTP endpoint (one port):
 //!
 //! - `GET /healthz`: the process serves;
-//! - `GET /readyz`: a standby replica is ready; the leader once its
-//!   controller's caches are filled;
+//! - `GET /readyz`: a standby replica is ready; the leader once it has
+//!   listed the Devices;
 //! - `GET /metrics`: OpenMetrics text;
 //! - `POST /v1/status`: edgelinkd's report (`--status-webhook`), with
 //!   `Authorization: Bearer <token>` when `--webhook-token-file` is set.
@@ -129,7 +129,7 @@ async fn handle(
             } else {
                 reply(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "leader: caches not filled yet\n",
+                    "leader: Devices not listed yet\n",
                 )
             }
         }
