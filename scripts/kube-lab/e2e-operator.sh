@@ -265,3 +265,56 @@ o9_delete() {
   [[ -z $left ]]
 }
 check "O9 Device deleted: its NAD, StatefulSet, Service and proxy pod are gone" o9_delete
+
+# --- O10. fifty Devices at once: the time until all are Ready and reachable, and until all are gone -----------
+# A rig's worth of devices (OP_SCALE, default 50) on an EdgeNetwork of its
+# own (addresses .150-.199 of the segment, unused by the other checks), all
+# pointing at the lab's one device. Figures printed: time to all Ready and
+# DeviceReachable, reconciles and their mean duration, time to all gone.
+SCALE_N=${OP_SCALE:-50}
+scale_states() {
+  kc -n hil get devices -l edgelink.io/e2e-scale=true \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}/{.status.conditions[?(@.type=="DeviceReachable")].status} {end}'
+}
+scale_ready() { [[ $(scale_states | tr ' ' '\n' | grep -c '^True/True$') -eq $SCALE_N ]]; }
+scale_gone() { ! kc -n hil get statefulsets,pods -o name 2>/dev/null | grep -q '/scale-'; }
+o10_scale() {
+  local i f=$RUN/e2e-scale.yaml t0 ready gone r0 r1 d0 d1 lip
+  lip=$(kc -n "$OPNS" get pod "$(leader)" -o jsonpath='{.status.podIP}')
+  {
+    cat <<YAML
+apiVersion: edgelink.io/v1alpha1
+kind: EdgeNetwork
+metadata: {name: plant-floor-scale}
+spec:
+  mode: bridge
+  bridge: edge0
+  uplink: eth1
+  ipam:
+    ranges: [{node: $NODE, subnet: 172.17.16.0/24, rangeStart: 172.17.16.150, rangeEnd: 172.17.16.199}]
+  allowedTargets: [172.17.16.120/32]
+YAML
+    for ((i = 1; i <= SCALE_N; i++)); do
+      printf -- '---\napiVersion: edgelink.io/v1alpha1\nkind: Device\nmetadata: {name: scale-%02d, namespace: hil, labels: {edgelink.io/e2e-scale: "true"}}\n' "$i"
+      printf 'spec: {nodeName: %s, network: plant-floor-scale, address: 172.17.16.120, ports: [{name: api, protocol: tcp, port: 8080}]}\n' "$NODE"
+    done
+  } >"$f"
+  r0=$(op_metric "$lip" edgelink_operator_reconciles_total)
+  d0=$(ip netns exec "$NODE_NS" curl -fsS --max-time 5 "http://$lip:8080/metrics" | awk '$1 == "edgelink_operator_reconcile_duration_seconds_sum" { print $2 }')
+  t0=$(date +%s%N)
+  kc apply -f "$f" >/dev/null || return 1
+  until_ok 600 scale_ready
+  ready=$((($(date +%s%N) - t0) / 1000000))
+  r1=$(op_metric "$lip" edgelink_operator_reconciles_total)
+  d1=$(ip netns exec "$NODE_NS" curl -fsS --max-time 5 "http://$lip:8080/metrics" | awk '$1 == "edgelink_operator_reconcile_duration_seconds_sum" { print $2 }')
+  note "$SCALE_N Devices: $(scale_states | tr ' ' '\n' | grep -c '^True/True$') Ready and reachable after $ready ms; $((r1 - r0)) reconciles, mean $(python3 -c "print(round(1000 * ($d1 - $d0) / max(1, $r1 - $r0), 1))") ms"
+  scale_ready || return 1
+  t0=$(date +%s%N)
+  kc -n hil delete devices -l edgelink.io/e2e-scale=true --wait=false >/dev/null || return 1
+  until_ok 300 scale_gone
+  gone=$((($(date +%s%N) - t0) / 1000000))
+  kc delete edgenetwork plant-floor-scale >/dev/null
+  note "deleted: their StatefulSets and pods gone after $gone ms"
+  scale_gone
+}
+check "O10 $SCALE_N Devices applied at once: all Ready and reachable, then all gone (times and reconciles printed)" o10_scale
