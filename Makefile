@@ -63,7 +63,7 @@ test:
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace --no-fail-fast
 	python3 -m unittest discover -s scripts/bench -p 'test_*.py'
-	$(MAKE) static
+	$(MAKE) static static-operator
 	python3 -m unittest discover -s scripts/image -p 'test_*.py'
 	tests/e2e/podman.sh target/debug/edgelink
 	@if scripts/kube-lab.sh cached; then $(MAKE) e2e-kube; \

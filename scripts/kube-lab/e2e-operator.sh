@@ -254,8 +254,10 @@ o8_reachable() {
 check "O8 device down: DeviceReachable False within 30 s; back up: True again" o8_reachable
 
 # --- O9. deleting the Device deletes what it made ---------------------------------------------------------------
-dev_objects() { kc -n hil get network-attachment-definitions,statefulset,service,pod -o name 2>/dev/null | grep "/$DEV"; }
-dev_gone() { ! dev_objects >/dev/null; }
+# (kubectl's answer is kept before grep looks at it: a failed kubectl must
+# not read as "none left", nor grep -q's early exit fail the pipe.)
+dev_objects() { local o; o=$(kc -n hil get network-attachment-definitions,statefulset,service,pod -o name) || return 2; grep "/$DEV" <<<"$o"; }
+dev_gone() { dev_objects >/dev/null; [[ $? == 1 ]]; }
 o9_delete() {
   local t0=$SECONDS left
   kc -n hil delete device "$DEV" >/dev/null || return 1
@@ -277,7 +279,7 @@ scale_states() {
     -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}/{.status.conditions[?(@.type=="DeviceReachable")].status} {end}'
 }
 scale_ready() { [[ $(scale_states | tr ' ' '\n' | grep -c '^True/True$') -eq $SCALE_N ]]; }
-scale_gone() { ! kc -n hil get statefulsets,pods -o name 2>/dev/null | grep -q '/scale-'; }
+scale_gone() { local o; o=$(kc -n hil get statefulsets,pods -o name) || return 1; ! grep -q '/scale-' <<<"$o"; }
 o10_scale() {
   local i f=$RUN/e2e-scale.yaml t0 ready gone r0 r1 d0 d1 lip
   lip=$(kc -n "$OPNS" get pod "$(leader)" -o jsonpath='{.status.podIP}')

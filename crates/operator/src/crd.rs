@@ -72,6 +72,9 @@ fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
 /// A device on an edge node's private segment, exposed to the cluster as a
 /// Service of the same name. The operator makes its NetworkAttachmentDefinition,
 /// its proxy pod (a one-pod StatefulSet pinned to the node) and its Service.
+// clippy takes the repeated `type_ = "string"` of printcolumn(...) for a
+// duplicated attribute; each belongs to its own column.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "edgelink.io",
@@ -256,6 +259,7 @@ pub struct PortStatus {
 
 /// A private segment behind edge nodes: the plugin settings every Device on
 /// it shares (the bridge NAD a hand-written setup references by name).
+#[allow(clippy::duplicated_attributes)] // printcolumn(...), as above
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "edgelink.io",

@@ -41,7 +41,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the controller (in-cluster config, else $KUBECONFIG or ~/.kube/config).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions (YAML).
     Crds,
 }
@@ -130,7 +130,7 @@ fn main() -> anyhow::Result<()> {
                 .worker_threads(2)
                 .enable_all()
                 .build()?
-                .block_on(run(args))
+                .block_on(run(*args))
         }
     }
 }
@@ -178,7 +178,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let identity = args
         .identity
         .clone()
-        .or_else(|| nix_hostname())
+        .or_else(nix_hostname)
         .unwrap_or_else(|| format!("edgelink-operator-{}", std::process::id()));
     let election = Election {
         namespace: args.namespace.clone(),

@@ -11,10 +11,13 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 use tokio::sync::mpsc;
 
+/// Per (namespace, pod): what of its attachment matters for status.
+type ProxyStates = HashMap<(String, String), String>;
+
 pub struct Reports {
     latest: Mutex<HashMap<String, Received>>,
     /// Per node: per (namespace, pod) the states that matter for status.
-    states: Mutex<HashMap<String, HashMap<(String, String), String>>>,
+    states: Mutex<HashMap<String, ProxyStates>>,
     trigger: mpsc::UnboundedSender<ObjectRef<Device>>,
 }
 
