@@ -77,6 +77,21 @@ o1_install() {
 check "O1 operator: CRDs, RBAC, 2 replicas ready, one holds the Lease, the webhook Endpoints lead to it, edgelinkd reports" o1_install
 
 # --- O2. bad Devices are refused by the apiserver with the schema's message ---------------------------------
+# refused FIELDS WANT: a Device with FIELDS (YAML lines under spec, after
+# the defaults they override) must be refused with WANT in the message
+refused() {
+  local fields=$1 want=$2 out spec
+  spec="  nodeName: $NODE"$'\n'"  network: plant-floor"
+  [[ $fields == *address:* ]] || spec+=$'\n'"  address: 172.17.16.120"
+  [[ $fields == *ports:* ]] || spec+=$'\n'"  ports: [{name: api, protocol: tcp, port: 80}]"
+  if out=$(printf 'apiVersion: edgelink.io/v1alpha1\nkind: Device\nmetadata: {name: bad-device}\nspec:\n%s\n  %s\n' "$spec" "$fields" |
+    kc -n hil apply -f - 2>&1); then
+    note "accepted: $fields"
+    return 1
+  fi
+  [[ $out == *"$want"* ]] || { note "wrong message for $fields: $out"; return 1; }
+  note "refused: $fields: ...${out##*: spec.}"
+}
 o2_refused() {
   local ok=0 i out
   local -a bad=(
@@ -86,35 +101,12 @@ o2_refused() {
     "ports: [{name: api, protocol: sctp, port: 80}]|supported values: \"tcp\", \"udp\""
     "ports: [{name: api, protocol: tcp, port: 80}, {name: api, protocol: udp, port: 81}]|Duplicate value"
     "ports: []|should have at least 1 items"
+    "address: 300.1.2.3|ipv4"
+    "address: device01|ipv4"
+    "nodeSelector: {a: b}|oneOf"
   )
   for i in "${bad[@]}"; do
-    out=$(kc -n hil apply -f - 2>&1 <<YAML
-apiVersion: edgelink.io/v1alpha1
-kind: Device
-metadata: {name: bad-device}
-spec:
-  nodeName: $NODE
-  network: plant-floor
-  address: 172.17.16.120
-  ${i%%|*}
-YAML
-    ) && { note "accepted: ${i%%|*}"; ok=1; continue; }
-    if [[ $out == *"${i#*|}"* ]]; then note "refused: ${i%%|*}: ...${out##*: spec.}"; else note "wrong message for ${i%%|*}: $out"; ok=1; fi
-  done
-  for i in "address: 300.1.2.3|ipv4" "address: device01|ipv4" "nodeSelector: {a: b}|oneOf"; do
-    out=$(kc -n hil apply -f - 2>&1 <<YAML
-apiVersion: edgelink.io/v1alpha1
-kind: Device
-metadata: {name: bad-device}
-spec:
-  nodeName: $NODE
-  network: plant-floor
-  ${i%%|*}
-$([[ $i == address* ]] || echo "  address: 172.17.16.120")
-  ports: [{name: api, protocol: tcp, port: 80}]
-YAML
-    ) && { note "accepted: ${i%%|*}"; ok=1; continue; }
-    if [[ $out == *"${i#*|}"* ]]; then note "refused: ${i%%|*}: ...${out##*: spec.}"; else note "wrong message for ${i%%|*}: $out"; ok=1; fi
+    refused "${i%%|*}" "${i#*|}" || ok=1
   done
   out=$(printf 'apiVersion: edgelink.io/v1alpha1\nkind: Device\nmetadata: {name: bad-device}\nspec: {nodeName: %s}\n' "$NODE" |
     kc -n hil apply -f - 2>&1) && ok=1
@@ -122,9 +114,13 @@ YAML
   [[ ($out == *"spec.address: Required value"* && $out == *"spec.ports: Required value"*) ||
     ($out == *'missing required field "address"'* && $out == *'missing required field "ports"'*) ]] || ok=1
   note "refused without address and ports: ...${out##*: spec}"
-  ! kc -n hil get device bad-device >/dev/null 2>&1 && ((ok == 0))
+  out=$(printf 'apiVersion: edgelink.io/v1alpha1\nkind: EdgeNetwork\nmetadata: {name: bad-net}\nspec:\n  uplink: "eth1:0"\n  ipam: {ranges: [{node: %s, subnet: 172.17.16.0}]}\n' "$NODE" |
+    kc apply -f - 2>&1) && ok=1
+  [[ $out == *"subnet in body must be of type cidr"* && $out == *"uplink in body should match"* ]] || ok=1
+  note "EdgeNetwork with uplink eth1:0 and subnet 172.17.16.0 refused: ...${out#*invalid: }"
+  ! kc -n hil get device bad-device >/dev/null 2>&1 && ! kc get edgenetwork bad-net >/dev/null 2>&1 && ((ok == 0))
 }
-check "O2 bad Devices (port, name, protocol, duplicate, address, node choice, required fields) refused at apply with the schema's message" o2_refused
+check "O2 bad Devices (port, name, protocol, duplicate, address, node choice, required fields) and a bad EdgeNetwork refused at apply with the schema's message" o2_refused
 
 # --- O3. a Device makes its NAD, StatefulSet and Service, and its status fills in ----------------------------
 o3_apply() {
