@@ -26,9 +26,12 @@ all: build
 build:
 	$(CARGO) build --workspace
 
+# edgelink-operator builds in its own profile (static-operator), not with
+# the release profile's LTO and single codegen unit, which cost minutes on
+# kube-rs for a program off the data path.
 release:
-	$(CARGO) build --release --workspace
-	$(MAKE) static
+	$(CARGO) build --release --workspace --exclude edgelink-operator
+	$(MAKE) static static-operator
 
 # The two binaries that ship, linked statically: the plugin runs on the host,
 # edgelinkd in an image with no libc (make image-offline).
