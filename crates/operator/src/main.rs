@@ -173,7 +173,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         synced: AtomicBool::new(false),
         token_file: args.webhook_token_file.clone(),
     });
-    let server = tokio::spawn(run::server::serve(app.clone(), args.listen));
+    let listener = run::server::bind(args.listen).await?;
+    let server = tokio::spawn(run::server::serve(app.clone(), listener));
 
     let identity = args
         .identity

@@ -149,12 +149,17 @@ async fn handle(
     })
 }
 
-/// Serve until the process ends; each connection gets 30 s.
-pub async fn serve(app: Arc<App>, addr: SocketAddr) -> anyhow::Result<()> {
+/// Bind `--listen`.
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("--listen {addr}: {e}"))?;
     tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /v1/status");
+    Ok(listener)
+}
+
+/// Serve until the process ends; each connection gets 30 s.
+pub async fn serve(app: Arc<App>, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -171,5 +176,146 @@ pub async fn serve(app: Arc<App>, addr: SocketAddr) -> anyhow::Result<()> {
                 .serve_connection(TokioIo::new(stream), svc);
             let _ = tokio::time::timeout(Duration::from_secs(30), conn).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The app on a loopback port, and its address.
+    async fn start(token: Option<&str>) -> (Arc<App>, SocketAddr, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = token.map(|t| {
+            let f = dir.path().join("token");
+            std::fs::write(&f, format!("{t}\n")).unwrap();
+            f
+        });
+        let (reports, _rx) = Reports::new();
+        let app = Arc::new(App {
+            metrics: Arc::new(Metrics::new()),
+            reports: Arc::new(reports),
+            leader: AtomicBool::new(false),
+            synced: AtomicBool::new(false),
+            token_file,
+        });
+        let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(app.clone(), l));
+        (app, addr, dir)
+    }
+
+    /// One request; the status code and the body.
+    async fn call(
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        body: &[u8],
+    ) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        if let Some(a) = auth {
+            head.push_str(&format!("authorization: {a}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).await.unwrap();
+        // The server may answer (413) before the whole body is in.
+        let _ = s.write_all(body).await;
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let code = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (
+            code,
+            text.split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default(),
+        )
+    }
+
+    const REPORT: &[u8] = br#"{"node": "kedge1", "attachments": []}"#;
+
+    #[tokio::test]
+    async fn reports_need_the_token_the_lead_and_edgelinkds_json() {
+        let (app, addr, _dir) = start(Some("s3cret")).await;
+        assert_eq!(call(addr, "POST", "/v1/status", None, REPORT).await.0, 401);
+        assert_eq!(
+            call(addr, "POST", "/v1/status", Some("Bearer wrong"), REPORT)
+                .await
+                .0,
+            401
+        );
+        assert_eq!(
+            call(addr, "POST", "/v1/status", Some("s3cret"), REPORT)
+                .await
+                .0,
+            401,
+            "no Bearer"
+        );
+        let (code, body) = call(addr, "POST", "/v1/status", Some("Bearer s3cret"), REPORT).await;
+        assert_eq!((code, body.as_str()), (503, "not the leader: retry\n"));
+        app.leader.store(true, Ordering::Relaxed);
+        let (code, body) = call(
+            addr,
+            "POST",
+            "/v1/status",
+            Some("Bearer s3cret"),
+            b"not json",
+        )
+        .await;
+        assert_eq!(code, 400);
+        assert!(
+            body.starts_with("report is not edgelinkd's status JSON"),
+            "{body}"
+        );
+        let (code, body) = call(addr, "POST", "/v1/status", Some("Bearer s3cret"), b"{}").await;
+        assert_eq!((code, body.as_str()), (400, "report has no node name\n"));
+        let big = vec![b' '; MAX_REPORT + 1];
+        assert_eq!(
+            call(addr, "POST", "/v1/status", Some("Bearer s3cret"), &big)
+                .await
+                .0,
+            413
+        );
+        assert!(app.reports.get("kedge1").is_none(), "nothing taken so far");
+        assert_eq!(
+            call(addr, "POST", "/v1/status", Some("Bearer s3cret"), REPORT)
+                .await
+                .0,
+            204
+        );
+        assert!(app.reports.get("kedge1").is_some());
+        assert_eq!(call(addr, "GET", "/v1/status", None, b"").await.0, 405);
+        let m = app.metrics.render();
+        assert!(m.contains("edgelink_operator_reports_total 1\n"), "{m}");
+        assert!(
+            m.contains("edgelink_operator_reports_refused_total 7\n"),
+            "{m}"
+        );
+    }
+
+    #[tokio::test]
+    async fn readyz_is_ok_on_a_standby_and_on_a_leader_that_listed_the_devices() {
+        let (app, addr, _dir) = start(None).await;
+        assert_eq!(call(addr, "GET", "/healthz", None, b"").await.0, 200);
+        assert_eq!(
+            call(addr, "GET", "/readyz", None, b"").await,
+            (200, "ok: standby\n".into())
+        );
+        app.leader.store(true, Ordering::Relaxed);
+        assert_eq!(call(addr, "GET", "/readyz", None, b"").await.0, 503);
+        app.synced.store(true, Ordering::Relaxed);
+        assert_eq!(
+            call(addr, "GET", "/readyz", None, b"").await,
+            (200, "ok: leader\n".into())
+        );
+        // Without a token file anyone may report (the operator warns at start).
+        assert_eq!(call(addr, "POST", "/v1/status", None, REPORT).await.0, 204);
+        assert_eq!(call(addr, "GET", "/nothing", None, b"").await.0, 404);
     }
 }
