@@ -16,18 +16,6 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const GROUP: &str = "edgelink.io";
-pub const VERSION: &str = "v1alpha1";
-
-/// A Service port name, as the plugin checks a forward's name: DNS label
-/// characters, at most 15.
-pub const PORT_NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-/// A Linux interface name: 1 to 15 characters, no `/`, `:` or whitespace.
-pub const IFNAME_PATTERN: &str = r"^[^/:\s]{1,15}$";
-/// The CNI network name (it keys the node's IPAM store).
-pub const CNI_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]*$";
-/// An object name that can also be a DNS label (Service, StatefulSet pod).
-pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// IPv4 or IPv6 CIDR (`format: cidr` is validated by the apiserver too).
 pub const CIDR_PATTERN: &str = r"^[0-9a-fA-F:.]+/[0-9]{1,3}$";
 
@@ -37,10 +25,6 @@ fn ip_schema(_: &mut SchemaGenerator) -> Schema {
         "description": "An IPv4 or IPv6 address.",
         "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]
     })
-}
-
-fn optional_ip_schema(g: &mut SchemaGenerator) -> Schema {
-    ip_schema(g)
 }
 
 /// schemars puts `null` into the enum of an `Option` of an enum, which
@@ -363,13 +347,13 @@ pub struct NodeRange {
     #[schemars(schema_with = "cidr_schema")]
     pub subnet: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_ip_schema")]
+    #[schemars(schema_with = "ip_schema")]
     pub range_start: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_ip_schema")]
+    #[schemars(schema_with = "ip_schema")]
     pub range_end: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_ip_schema")]
+    #[schemars(schema_with = "ip_schema")]
     pub gateway: Option<String>,
 }
 
@@ -379,7 +363,7 @@ pub struct Route {
     #[schemars(schema_with = "cidr_schema")]
     pub dst: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_ip_schema")]
+    #[schemars(schema_with = "ip_schema")]
     pub gw: Option<String>,
 }
 

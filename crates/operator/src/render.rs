@@ -236,7 +236,6 @@ pub fn config_hash(config: &str) -> String {
 }
 
 pub fn render(d: &Device, net: &EdgeNetwork, node: &str, settings: &ProxyPodSettings) -> Rendered {
-    let (_name, _) = name_ns(d);
     let config = serde_json::to_string_pretty(&cni_config(d, net, node)).expect("JSON serialises");
     let hash = config_hash(&config);
     let nad = NetworkAttachmentDefinition {
