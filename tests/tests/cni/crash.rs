@@ -72,6 +72,21 @@ fn assert_live_intact(lab: &Lab, conf: &Value, l: &Live) {
         .ok_empty();
 }
 
+/// The node daemon, but one whose own IPAM GC never takes the leaked
+/// reservation: `gc` backdates the store by an hour, past the daemon's
+/// `--ipam-gc-grace` (120 s), and a daemon pass woken by that (inotify)
+/// could release the reservation before the plugin's GC runs; the plugin's
+/// GC would then not know the node-side veth that reservation names (a CI
+/// run failed that way). These tests are about the plugin's GC.
+fn daemon(lab: &Lab) -> Edgelinkd {
+    Edgelinkd::start(
+        &lab.node,
+        lab.state.path(),
+        lab.state.path().join("edgelinkd.log"),
+        &["--probe-interval", "0", "--ipam-gc-grace", "86400"],
+    )
+}
+
 fn gc(lab: &Lab, conf: &Value) {
     // The killed ADD is long past GC's grace for an ADD in flight.
     lab.age_state();
@@ -90,7 +105,7 @@ fn del(lab: &Lab, conf: &Value, cid: &str, pod: &Netns) {
 fn killed_add_then_del_then_gc_leaves_nothing() {
     for point in ["link", "ipam"] {
         let lab = Lab::new();
-        let _d = lab.daemon();
+        let _d = daemon(&lab);
         let conf = lab.bridge_conf("1.1.0");
         let l = live(&lab, &conf);
         let pod = lab.pod();
@@ -119,7 +134,7 @@ fn killed_add_then_del_then_gc_leaves_nothing() {
 fn killed_add_then_gc_then_del_leaves_nothing() {
     for point in ["link", "ipam"] {
         let lab = Lab::new();
-        let _d = lab.daemon();
+        let _d = daemon(&lab);
         let conf = lab.bridge_conf("1.1.0");
         let l = live(&lab, &conf);
         let pod = lab.pod();
@@ -180,7 +195,7 @@ fn killed_add_then_del_without_netns_releases_the_address() {
 fn retried_add_after_a_killed_add_succeeds() {
     for point in ["link", "ipam"] {
         let lab = Lab::new();
-        let _d = lab.daemon();
+        let _d = daemon(&lab);
         let conf = lab.bridge_conf("1.0.0");
         let pod = lab.pod();
         crash_add(&lab, &conf, "retry", &pod, point);
