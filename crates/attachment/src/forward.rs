@@ -12,6 +12,49 @@ pub enum Protocol {
     Udp,
 }
 
+/// How a forward's traffic crosses the pod: edgelinkd's relay (the
+/// default), or nftables NAT installed by edgelinkd in the pod's netns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForwardPath {
+    #[default]
+    Relay,
+    Kernel,
+}
+
+impl ForwardPath {
+    pub fn is_relay(&self) -> bool {
+        *self == ForwardPath::Relay
+    }
+}
+
+impl fmt::Display for ForwardPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ForwardPath::Relay => "relay",
+            ForwardPath::Kernel => "kernel",
+        })
+    }
+}
+
+/// The PROXY protocol header sent to the target before the client's first
+/// byte (HAProxy's specification): text `v1` or binary `v2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    V1,
+    V2,
+}
+
+impl fmt::Display for ProxyProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProxyProtocol::V1 => "v1",
+            ProxyProtocol::V2 => "v2",
+        })
+    }
+}
+
 impl fmt::Display for Protocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -35,11 +78,25 @@ pub struct Forward {
     /// written before the key existed have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_ms: Option<u64>,
-    /// TCP: connections relayed at once at most; beyond it new ones are
-    /// reset as soon as accepted. `None`: no cap of its own (the daemon's
-    /// `--max-connections` still applies).
+    /// TCP: connections to the target at once at most; beyond it new
+    /// clients wait in a first-in first-out queue. `None`: the daemon's
+    /// `--forward-max-connections`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
+    /// TCP: how long a client may wait in that queue before it is closed
+    /// (milliseconds). `None`: the daemon's `--queue-timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_timeout_ms: Option<u64>,
+    /// TCP: connects retried (with backoff) after a timeout or a refusal.
+    /// `None`: the daemon's `--connect-retries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_retries: Option<u32>,
+    /// TCP: a PROXY protocol header sent to the target first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
+    /// The relay (default) or the kernel's NAT.
+    #[serde(default, skip_serializing_if = "ForwardPath::is_relay")]
+    pub path: ForwardPath,
 }
 
 impl Forward {
@@ -63,6 +120,10 @@ mod tests {
             connect_timeout_ms: 5000,
             idle_timeout_ms: None,
             max_connections: None,
+            queue_timeout_ms: None,
+            connect_retries: None,
+            proxy_protocol: None,
+            path: ForwardPath::Relay,
         };
         assert!(f.target_allowed(&["172.17.16.0/24".parse().unwrap()]));
         assert!(!f.target_allowed(&["172.17.17.0/24".parse().unwrap()]));
@@ -78,14 +139,23 @@ mod tests {
         // Absent stays absent: an old daemon reading a new plugin's record
         // of a forward without the keys sees the same bytes.
         assert_eq!(serde_json::to_string(&f).unwrap(), old);
+        assert_eq!(f.path, ForwardPath::Relay);
         let new = Forward {
             idle_timeout_ms: Some(0),
             max_connections: Some(3),
+            queue_timeout_ms: Some(250),
+            connect_retries: Some(2),
+            proxy_protocol: Some(ProxyProtocol::V2),
+            path: ForwardPath::Kernel,
             ..f
         };
         let text = serde_json::to_string(&new).unwrap();
         assert!(text.contains(r#""idleTimeoutMs":0"#), "{text}");
         assert!(text.contains(r#""maxConnections":3"#), "{text}");
+        assert!(text.contains(r#""queueTimeoutMs":250"#), "{text}");
+        assert!(text.contains(r#""connectRetries":2"#), "{text}");
+        assert!(text.contains(r#""proxyProtocol":"v2""#), "{text}");
+        assert!(text.contains(r#""path":"kernel""#), "{text}");
         assert_eq!(serde_json::from_str::<Forward>(&text).unwrap(), new);
     }
 }

@@ -17,7 +17,7 @@ mod store;
 pub use control::{
     nudge_daemon, query_daemon, CheckReply, ForwardLive, Reaper, DAEMON_SOCKET, RETIRED_ALIAS,
 };
-pub use forward::{Forward, Protocol};
+pub use forward::{Forward, ForwardPath, Protocol, ProxyProtocol};
 pub use store::{Listed, RecordStore, STALE_TEMP};
 
 use ipnetwork::IpNetwork;

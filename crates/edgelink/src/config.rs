@@ -23,6 +23,10 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5000;
 pub const MAX_IDLE_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
 /// `forwards[].maxConnections` at most.
 pub const MAX_CONNECTIONS: u64 = 1_000_000;
+/// `forwards[].queueTimeoutMs` at most: ten minutes.
+pub const MAX_QUEUE_TIMEOUT_MS: u64 = 600_000;
+/// `forwards[].connectRetries` at most.
+pub const MAX_CONNECT_RETRIES: u64 = 10;
 
 #[derive(Debug, Clone)]
 pub struct BridgeConf {

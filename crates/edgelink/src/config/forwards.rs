@@ -1,9 +1,12 @@
 //! `forwards[]`: the ports in the pod relayed to devices, validated into
 //! the records' [`Forward`]s.
 
-use super::{bad, get_uint, DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECTIONS, MAX_IDLE_TIMEOUT_MS};
+use super::{
+    bad, get_uint, DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECT_RETRIES,
+    MAX_IDLE_TIMEOUT_MS, MAX_QUEUE_TIMEOUT_MS,
+};
 use crate::error::PluginError;
-use edgelink_attachment::{Forward, Protocol};
+use edgelink_attachment::{Forward, ForwardPath, Protocol, ProxyProtocol};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -112,6 +115,71 @@ pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, Plu
         };
         tcp_only("idleTimeoutMs")?;
         tcp_only("maxConnections")?;
+        tcp_only("queueTimeoutMs")?;
+        tcp_only("connectRetries")?;
+        tcp_only("proxyProtocol")?;
+        let path = match fo.get("path") {
+            None | Some(Value::Null) => ForwardPath::Relay,
+            Some(Value::String(s)) if s == "relay" => ForwardPath::Relay,
+            Some(Value::String(s)) if s == "kernel" => ForwardPath::Kernel,
+            Some(v) => {
+                return Err(bad(
+                    &at("path"),
+                    v,
+                    &format!("(forward {name:?}) is not \"relay\" or \"kernel\""),
+                ))
+            }
+        };
+        if path == ForwardPath::Kernel {
+            // The kernel's NAT has no connection of its own to bound,
+            // queue, retry or prefix: those keys need the relay.
+            for k in [
+                "idleTimeoutMs",
+                "maxConnections",
+                "queueTimeoutMs",
+                "connectRetries",
+                "proxyProtocol",
+            ] {
+                if let Some(v) = fo.get(k).filter(|v| !v.is_null()) {
+                    return Err(bad(
+                        &at(k),
+                        v,
+                        &format!(
+                            "(forward {name:?}) needs the relay: it cannot be set with \"path\": \"kernel\""
+                        ),
+                    ));
+                }
+            }
+        }
+        let queue_timeout_ms =
+            get_uint(fo, "queueTimeoutMs", 1, MAX_QUEUE_TIMEOUT_MS).map_err(|_| {
+                bad(
+                    &at("queueTimeoutMs"),
+                    fo.get("queueTimeoutMs").unwrap_or(&Value::Null),
+                    &format!("(forward {name:?}) is not an integer in 1..={MAX_QUEUE_TIMEOUT_MS}"),
+                )
+            })?;
+        let connect_retries = get_uint(fo, "connectRetries", 0, MAX_CONNECT_RETRIES)
+            .map_err(|_| {
+                bad(
+                    &at("connectRetries"),
+                    fo.get("connectRetries").unwrap_or(&Value::Null),
+                    &format!("(forward {name:?}) is not an integer in 0..={MAX_CONNECT_RETRIES}"),
+                )
+            })?
+            .map(|n| n as u32);
+        let proxy_protocol = match fo.get("proxyProtocol") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "v1" => Some(ProxyProtocol::V1),
+            Some(Value::String(s)) if s == "v2" => Some(ProxyProtocol::V2),
+            Some(v) => {
+                return Err(bad(
+                    &at("proxyProtocol"),
+                    v,
+                    &format!("(forward {name:?}) is not \"v1\" or \"v2\""),
+                ))
+            }
+        };
         let idle_timeout_ms = match get_uint(fo, "idleTimeoutMs", 0, MAX_IDLE_TIMEOUT_MS) {
             Ok(Some(ms)) if ms > 0 && ms < 1000 => Err(()),
             Ok(v) => Ok(v),
@@ -143,6 +211,10 @@ pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, Plu
             connect_timeout_ms,
             idle_timeout_ms,
             max_connections,
+            queue_timeout_ms,
+            connect_retries,
+            proxy_protocol,
+            path,
         });
     }
     Ok(out)

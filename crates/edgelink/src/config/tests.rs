@@ -1,5 +1,5 @@
 use super::*;
-use edgelink_attachment::Protocol;
+use edgelink_attachment::{ForwardPath, Protocol, ProxyProtocol};
 use serde_json::json;
 use std::collections::HashMap;
 
@@ -194,6 +194,46 @@ fn requested_ips_take_an_address_with_or_without_its_prefix() {
 }
 
 #[test]
+fn device_protection_proxy_protocol_and_path_parse() {
+    let mut v = base();
+    v["forwards"][0]["maxConnections"] = json!(16);
+    v["forwards"][0]["queueTimeoutMs"] = json!(2000);
+    v["forwards"][0]["connectRetries"] = json!(0);
+    v["forwards"][0]["proxyProtocol"] = json!("v2");
+    v["forwards"][1]["path"] = json!("kernel");
+    let c = parse(&v, "").unwrap();
+    let f = &c.forwards[0];
+    assert_eq!(f.queue_timeout_ms, Some(2000));
+    assert_eq!(f.connect_retries, Some(0));
+    assert_eq!(f.proxy_protocol, Some(ProxyProtocol::V2));
+    assert_eq!(f.path, ForwardPath::Relay);
+    assert_eq!(c.forwards[1].path, ForwardPath::Kernel);
+    // Absent: the daemon's defaults.
+    let c = parse(&base(), "").unwrap();
+    assert_eq!(c.forwards[0].queue_timeout_ms, None);
+    assert_eq!(c.forwards[0].connect_retries, None);
+    assert_eq!(c.forwards[0].proxy_protocol, None);
+    // The kernel path has no connection to bound, queue, retry or prefix.
+    for (key, value) in [
+        ("idleTimeoutMs", json!(5000)),
+        ("maxConnections", json!(4)),
+        ("queueTimeoutMs", json!(5000)),
+        ("connectRetries", json!(2)),
+        ("proxyProtocol", json!("v1")),
+    ] {
+        let mut v = base();
+        v["forwards"][0]["path"] = json!("kernel");
+        v["forwards"][0][key] = value;
+        let e = err(&v);
+        assert_eq!(e.code, 7);
+        assert!(
+            e.msg.contains(&format!("forwards[0].{key}")) && e.msg.contains("kernel"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn forward_bounds_are_validated_and_name_the_forward() {
     let mut v = base();
     v["forwards"][0]["idleTimeoutMs"] = json!(0);
@@ -218,6 +258,14 @@ fn forward_bounds_are_validated_and_name_the_forward() {
         ("maxConnections", json!(0)),
         ("maxConnections", json!(MAX_CONNECTIONS + 1)),
         ("maxConnections", json!(true)),
+        ("queueTimeoutMs", json!(0)),
+        ("queueTimeoutMs", json!(MAX_QUEUE_TIMEOUT_MS + 1)),
+        ("connectRetries", json!(-1)),
+        ("connectRetries", json!(MAX_CONNECT_RETRIES + 1)),
+        ("proxyProtocol", json!("v3")),
+        ("proxyProtocol", json!(2)),
+        ("path", json!("fast")),
+        ("path", json!(true)),
     ] {
         let mut v = base();
         v["forwards"][0][key] = value.clone();
@@ -229,9 +277,15 @@ fn forward_bounds_are_validated_and_name_the_forward() {
         );
     }
     // UDP has sessions, not connections: the keys are refused there.
-    for key in ["idleTimeoutMs", "maxConnections"] {
+    for (key, value) in [
+        ("idleTimeoutMs", json!(5000)),
+        ("maxConnections", json!(5000)),
+        ("queueTimeoutMs", json!(5000)),
+        ("connectRetries", json!(2)),
+        ("proxyProtocol", json!("v1")),
+    ] {
         let mut v = base();
-        v["forwards"][1][key] = json!(5000);
+        v["forwards"][1][key] = value;
         let e = err(&v);
         assert_eq!(e.code, 7);
         assert!(
