@@ -73,6 +73,17 @@ fn keepalive(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(v))
 }
 
+/// `--connect-retry-backoff`: 0.01..=2 seconds.
+fn backoff(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.01..=2.0).contains(&v) {
+        return Err(format!("{s} is outside 0.01..=2 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
 fn absolute(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
     if p.is_absolute() {
@@ -180,10 +191,45 @@ pub struct RunArgs {
     /// ones are reset as soon as accepted (0: no cap).
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
     pub max_connections: u32,
+    /// TCP connections to the target of one forward at once, unless the
+    /// forward sets `maxConnections`; beyond it clients wait in a queue
+    /// (0: no bound).
+    #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub forward_max_connections: u32,
+    /// How long a client may wait for a place under `maxConnections`,
+    /// unless the forward sets `queueTimeoutMs` (seconds).
+    #[arg(long, default_value = "30", value_parser = period)]
+    pub queue_timeout: Duration,
+    /// Clients waiting per forward at most; beyond it new ones are reset
+    /// at once.
+    #[arg(long, default_value = "4096", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_queue: u32,
+    /// Connects to a target tried again after a timeout or a refusal,
+    /// unless the forward sets `connectRetries`.
+    #[arg(long, default_value = "2", value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub connect_retries: u32,
+    /// The wait before the first retry, doubled for each next one, at
+    /// most 2 s (seconds).
+    #[arg(long, default_value = "0.1", value_parser = backoff)]
+    pub connect_retry_backoff: Duration,
     /// A connection to the status endpoint is closed this long after it was
     /// accepted, whatever it is doing (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
     pub status_conn_timeout: Duration,
+}
+
+impl RunArgs {
+    /// What a forward gets of these flags where it sets nothing itself.
+    pub fn forward_defaults(&self) -> crate::model::ForwardDefaults {
+        crate::model::ForwardDefaults {
+            idle_timeout: self.tcp_idle_timeout,
+            max_connections: self.forward_max_connections,
+            queue_timeout: self.queue_timeout,
+            max_queue: self.max_queue,
+            connect_retries: self.connect_retries,
+            retry_backoff: self.connect_retry_backoff,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

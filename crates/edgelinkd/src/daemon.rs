@@ -477,11 +477,12 @@ impl Daemon {
         let netns_id = ns.id().unwrap_or_default();
         let (stop, _) = watch::channel(false);
         let (close, _) = watch::channel(false);
+        let defaults = self.args.forward_defaults();
         let forwards: Vec<Arc<ForwardRuntime>> = rec
             .forwards
             .iter()
             .cloned()
-            .map(|f| Arc::new(ForwardRuntime::new(f, self.args.tcp_idle_timeout)))
+            .map(|f| Arc::new(ForwardRuntime::new(f, &defaults)))
             .collect();
         let mut a = Attachment {
             record: rec,

@@ -6,6 +6,7 @@ use crate::config::RunArgs;
 use crate::factory::Factory;
 use crate::fds::FdReserve;
 use crate::model::ForwardRuntime;
+use crate::protect::Admission;
 use crate::sockopt;
 use edgelink_attachment::{Protocol, Record};
 use edgelink_relay::{Counters, PipePool, TcpRelayConfig, UdpConfig};
@@ -260,7 +261,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
         }
         let Some(slot) = Slot::take(&ctx) else {
             Counters::inc(&ctx.forward.rejected);
-            tracing::debug!(%peer, "connection cap reached: reset");
+            tracing::debug!(%peer, "the daemon's connection cap is reached: reset");
             let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
             continue;
         };
@@ -283,27 +284,17 @@ struct Slot {
 }
 
 impl Slot {
-    /// A place for one more connection, or `None` when the forward's
-    /// `maxConnections` or the daemon's `--max-connections` is reached.
+    /// A place for one more accepted connection, or `None` when the
+    /// daemon's `--max-connections` is reached. (A forward's own
+    /// `maxConnections` queues instead: [`crate::protect`].)
     fn take(ctx: &Ctx) -> Option<Slot> {
-        let active = &ctx.forward.counters.active;
-        let before = active.fetch_add(1, Ordering::AcqRel);
-        if ctx
-            .forward
-            .spec
-            .max_connections
-            .is_some_and(|max| before >= u64::from(max))
-        {
-            active.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
         let max = u64::from(ctx.shared.args.max_connections);
         let total = ctx.shared.connections.fetch_add(1, Ordering::AcqRel);
         if max > 0 && total >= max {
             ctx.shared.connections.fetch_sub(1, Ordering::AcqRel);
-            active.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
+        Counters::inc(&ctx.forward.counters.active);
         Some(Slot {
             forward: ctx.forward.clone(),
             shared: ctx.shared.clone(),
@@ -352,10 +343,27 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, _slot: Slot) {
     let f = &ctx.forward;
     let c = &f.counters;
     Counters::inc(&c.total);
+    let reset = |client: &tokio::net::TcpStream| {
+        let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
+    };
+    // Under `maxConnections`, wait for a place (first in, first out); the
+    // permit is held until the relay ends.
+    let _permit = match f.protection.admit(&client).await {
+        Admission::Go(p) => p,
+        Admission::TimedOut => {
+            tracing::debug!("waited longer than the queue timeout: reset");
+            return reset(&client);
+        }
+        Admission::Full => {
+            tracing::debug!("queue full: reset");
+            return reset(&client);
+        }
+        Admission::Left => return,
+    };
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
     let target = f.spec.target;
-    let upstream = match connect(&ctx, target).await {
+    let upstream = match connect_retrying(&ctx, target).await {
         Ok(s) => {
             f.reach(true, None);
             s
@@ -366,8 +374,7 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, _slot: Slot) {
             f.reach(false, Some(e.to_string()));
             tracing::debug!(error = %e, "connect to the target failed");
             // The client sees a reset at once, as if the target refused.
-            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-            return;
+            return reset(&client);
         }
     };
     let args = &ctx.shared.args;
@@ -422,6 +429,36 @@ async fn relay(
             Some(r)
         }
         _ = close.wait_for(|c| *c) => None,
+    }
+}
+
+/// Connect, and after a failure (timeout, refusal, no route while the
+/// device restarts) try again `connectRetries` times with a doubling wait.
+/// Successful connects are timed in the forward's latency histogram.
+async fn connect_retrying(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let p = &ctx.forward.protection;
+    let mut close = ctx.close.clone();
+    let mut tried = 0;
+    loop {
+        let started = std::time::Instant::now();
+        match connect(ctx, target).await {
+            Ok(s) => {
+                p.latency.observe(started.elapsed());
+                return Ok(s);
+            }
+            Err(e) if tried < p.limits.connect_retries => {
+                let wait = p.limits.backoff(tried);
+                tried += 1;
+                Counters::inc(&p.retries);
+                tracing::debug!(error = %e, retry = tried, ?wait, "connect failed: trying again");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    // The attachment is gone: no point in waiting.
+                    _ = close.wait_for(|c| *c) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ mod http;
 mod manifests;
 mod metrics;
 mod model;
+mod protect;
 mod sockopt;
 mod status_cli;
 mod watch;

@@ -2,13 +2,47 @@
 //! encoded with prometheus-client (OpenMetrics text).
 
 use crate::daemon::Daemon;
+use crate::protect::LatencySnapshot;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
+
+/// A connect-latency histogram already counted by the forward
+/// ([`crate::protect::Latency`]), encoded as an OpenMetrics histogram.
+#[derive(Debug, Default)]
+struct LatencyMetric(std::sync::Mutex<LatencySnapshot>);
+
+impl LatencyMetric {
+    fn set(&self, s: LatencySnapshot) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+}
+
+impl TypedMetric for LatencyMetric {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for LatencyMetric {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let buckets: Vec<(f64, u64)> = s
+            .buckets
+            .iter()
+            .map(|(le, n)| (le.unwrap_or(f64::INFINITY), *n))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(s.sum_seconds, s.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
 
 /// Render the current state. A fresh registry per scrape: the set of
 /// attachments changes as pods come and go, and stale series must vanish.
@@ -48,8 +82,22 @@ pub fn render(d: &Daemon) -> String {
         ("udp_drops", "UDP datagrams dropped"),
         (
             "connections_rejected",
-            "TCP connections reset at once because a connection cap was reached",
+            "TCP connections reset at once because the daemon's --max-connections was reached",
         ),
+        (
+            "queued",
+            "TCP clients that waited for a place under maxConnections",
+        ),
+        (
+            "queue_timeouts",
+            "TCP clients closed after waiting longer than the queue timeout",
+        ),
+        (
+            "queue_full",
+            "TCP clients reset at once because the queue was full",
+        ),
+        ("queue_abandoned", "TCP clients that closed while waiting"),
+        ("connect_retries", "Connects to the target tried again"),
         (
             "idle_timeouts",
             "TCP connections reset because nothing moved for the idle timeout",
@@ -63,10 +111,12 @@ pub fn render(d: &Daemon) -> String {
         ("active_udp_sessions", "UDP sessions open now"),
         ("listener_up", "1 when the forward's listener is up"),
         ("target_reachable", "1 reachable, 0 unreachable, -1 unknown"),
+        ("queue_length", "TCP clients waiting for a place now"),
     ]
     .into_iter()
     .map(|(n, h)| (n, h, Family::default()))
     .collect();
+    let latency: Family<Labels, LatencyMetric> = Family::default();
     for a in &status.attachments {
         for f in &a.forwards {
             let labels: Labels = vec![
@@ -97,6 +147,11 @@ pub fn render(d: &Daemon) -> String {
                 f.udp_datagrams_to_client,
                 f.udp_drops,
                 f.connections_rejected_total,
+                f.queued_total,
+                f.queue_timeouts_total,
+                f.queue_full_total,
+                f.queue_abandoned_total,
+                f.connect_retries_total,
                 f.idle_timeouts_total,
             ];
             for ((_, _, fam), v) in counters.iter().zip(values) {
@@ -112,12 +167,21 @@ pub fn render(d: &Daemon) -> String {
                 f.udp_sessions as i64,
                 i64::from(f.listener == "listening"),
                 reach,
+                f.queued as i64,
             ];
             for ((_, _, fam), v) in gauges.iter().zip(g) {
                 fam.get_or_create(&labels).set(v);
             }
+            if let Some(h) = &f.connect_latency {
+                latency.get_or_create(&labels).set(h.clone());
+            }
         }
     }
+    reg.register(
+        "connect_latency_seconds",
+        "How long successful connects to the target took",
+        latency,
+    );
     for (n, h, fam) in counters {
         reg.register(n, h, fam);
     }

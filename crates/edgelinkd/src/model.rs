@@ -2,6 +2,7 @@
 //! source of `/metrics`, of the control socket's `check` and of
 //! `edgelinkd status`.
 
+use crate::protect::{LatencySnapshot, Limits, Protection};
 use edgelink_relay::Counters;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicU64;
@@ -46,21 +47,52 @@ pub struct ForwardRuntime {
     /// TCP: the idle timeout in force (the forward's `idleTimeoutMs`, else
     /// the daemon's `--tcp-idle-timeout`); `None`: never.
     pub idle_timeout: Option<Duration>,
-    /// TCP connections reset at once because a connection cap (this
-    /// forward's `maxConnections` or `--max-connections`) was reached.
+    /// TCP connections reset at once because the daemon's
+    /// `--max-connections` was reached.
     pub rejected: AtomicU64,
+    /// TCP: the device's protection (queue, retries, connect latency).
+    pub protection: Protection,
+}
+
+/// The daemon's defaults for what a forward does not set itself.
+#[derive(Debug, Clone)]
+pub struct ForwardDefaults {
+    /// `--tcp-idle-timeout` (zero: never).
+    pub idle_timeout: Duration,
+    /// `--forward-max-connections` (0: no bound).
+    pub max_connections: u32,
+    /// `--queue-timeout`.
+    pub queue_timeout: Duration,
+    /// `--max-queue`.
+    pub max_queue: u32,
+    /// `--connect-retries`.
+    pub connect_retries: u32,
+    /// `--connect-retry-backoff`.
+    pub retry_backoff: Duration,
 }
 
 impl ForwardRuntime {
-    /// `default_idle`: the daemon's `--tcp-idle-timeout` (zero: never).
-    pub fn new(spec: edgelink_attachment::Forward, default_idle: Duration) -> ForwardRuntime {
+    pub fn new(spec: edgelink_attachment::Forward, d: &ForwardDefaults) -> ForwardRuntime {
         let idle = spec
             .idle_timeout_ms
             .map(Duration::from_millis)
-            .unwrap_or(default_idle);
+            .unwrap_or(d.idle_timeout);
+        let limits = Limits {
+            max_connections: spec
+                .max_connections
+                .or((d.max_connections > 0).then_some(d.max_connections)),
+            queue_timeout: spec
+                .queue_timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(d.queue_timeout),
+            max_queue: d.max_queue,
+            connect_retries: spec.connect_retries.unwrap_or(d.connect_retries),
+            retry_backoff: d.retry_backoff,
+        };
         ForwardRuntime {
             idle_timeout: (!idle.is_zero()).then_some(idle),
             rejected: AtomicU64::new(0),
+            protection: Protection::new(limits),
             spec,
             counters: Default::default(),
             state: Mutex::new(ForwardState {
@@ -99,6 +131,10 @@ impl ForwardRuntime {
 
     pub fn report(&self) -> ForwardStatus {
         let c = &self.counters;
+        let p = &self.protection;
+        let l = &p.limits;
+        let tcp = self.spec.protocol == edgelink_attachment::Protocol::Tcp;
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let s = self.lock();
         ForwardStatus {
             name: self.spec.name.clone(),
@@ -123,7 +159,19 @@ impl ForwardRuntime {
             idle_timeout_ms: self
                 .idle_timeout
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            max_connections: self.spec.max_connections,
+            path: self.spec.path.to_string(),
+            max_connections: tcp.then_some(l.max_connections).flatten(),
+            queue_timeout_ms: tcp.then(|| millis(l.queue_timeout)),
+            connect_retries: tcp.then_some(l.connect_retries),
+            proxy_protocol: self.spec.proxy_protocol.map(|p| p.to_string()),
+            target_connections: p.in_use(),
+            queued: Counters::get(&p.queued),
+            queued_total: Counters::get(&p.queued_total),
+            queue_timeouts_total: Counters::get(&p.queue_timeouts),
+            queue_full_total: Counters::get(&p.queue_full),
+            queue_abandoned_total: Counters::get(&p.queue_abandoned),
+            connect_retries_total: Counters::get(&p.retries),
+            connect_latency: tcp.then(|| p.latency.snapshot()),
             connections_rejected_total: Counters::get(&self.rejected),
             idle_timeouts_total: Counters::get(&c.idle_timeouts),
             last_error: s.last_error.clone(),
@@ -148,7 +196,11 @@ impl ForwardRuntime {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+fn relay() -> String {
+    "relay".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ForwardStatus {
     pub name: String,
@@ -173,10 +225,49 @@ pub struct ForwardStatus {
     /// TCP: the idle timeout in force, in milliseconds (0: never).
     #[serde(default)]
     pub idle_timeout_ms: u64,
-    /// TCP: this forward's own connection cap, if it has one.
+    /// `relay` or `kernel`.
+    #[serde(default = "relay")]
+    pub path: String,
+    /// TCP: the bound on connections to the target in force (the forward's
+    /// `maxConnections`, else `--forward-max-connections`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
-    /// TCP connections reset at once because a connection cap was reached.
+    /// TCP: how long a client may wait for a place, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_timeout_ms: Option<u64>,
+    /// TCP: connects retried after a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_retries: Option<u32>,
+    /// TCP: the PROXY protocol header sent to the target, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<String>,
+    /// TCP: connections to the target now, when `maxConnections` bounds
+    /// them (`activeConnections` also counts the clients waiting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_connections: Option<u64>,
+    /// TCP clients waiting for a place now.
+    #[serde(default)]
+    pub queued: u64,
+    /// TCP clients that had to wait.
+    #[serde(default)]
+    pub queued_total: u64,
+    /// TCP clients closed after waiting longer than the queue timeout.
+    #[serde(default)]
+    pub queue_timeouts_total: u64,
+    /// TCP clients reset at once because the queue was full.
+    #[serde(default)]
+    pub queue_full_total: u64,
+    /// TCP clients that closed while waiting.
+    #[serde(default)]
+    pub queue_abandoned_total: u64,
+    /// Connects to the target tried again.
+    #[serde(default)]
+    pub connect_retries_total: u64,
+    /// TCP: how long successful connects to the target took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_latency: Option<LatencySnapshot>,
+    /// TCP connections reset at once because the daemon's
+    /// `--max-connections` was reached.
     #[serde(default)]
     pub connections_rejected_total: u64,
     /// TCP connections reset because nothing moved for the idle timeout.
@@ -189,7 +280,7 @@ pub struct ForwardStatus {
     pub reachability: Reachability,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachmentStatus {
     pub container_id: String,
@@ -216,7 +307,7 @@ pub struct MalformedRecord {
     pub error: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub node: String,

@@ -1,5 +1,5 @@
 //! Found in review: bounds on what cluster clients can make the daemon
-//! hold. Connection caps (per forward and global), the idle timeout in
+//! hold. Connection bounds (a forward's queue, the global cap), the idle timeout in
 //! force, and the file descriptors kept for the plugin's control socket
 //! and the status server when clients have taken all the others.
 
@@ -36,7 +36,7 @@ fn drain_once(l: &DLab, msg: &[u8]) {
 }
 
 #[test]
-fn a_forward_with_max_connections_3_resets_the_4th_and_counts_it() {
+fn a_forward_with_max_connections_3_queues_the_4th_until_a_place_frees() {
     let mut l = DLab::with(Opts {
         add: false,
         ..Default::default()
@@ -49,7 +49,7 @@ fn a_forward_with_max_connections_3_resets_the_4th_and_counts_it() {
     let api = l.forward("api");
     assert_eq!(api["maxConnections"], 3, "{api:#}");
     assert_eq!(api["idleTimeoutMs"], 5000, "{api:#}");
-    // The others: no cap of their own, the daemon's default idle timeout.
+    // The others: no bound of their own, the daemon's default idle timeout.
     let drain = l.forward("drain");
     assert!(drain.get("maxConnections").is_none(), "{drain:#}");
     assert_eq!(drain["idleTimeoutMs"], 3_600_000, "{drain:#}");
@@ -62,24 +62,31 @@ fn a_forward_with_max_connections_3_resets_the_4th_and_counts_it() {
             s
         })
         .collect();
-    assert_reset(&l, API);
-    assert_eq!(l.forward("api")["connectionsRejectedTotal"], 1);
-    assert_eq!(l.metric("edgelink_connections_rejected_total", "api"), 1.0);
-    // Other forwards are not held back by api's cap.
-    drain_once(&l, b"not capped");
-    // One closes: a new one is admitted.
-    drop(conns.pop());
+    // The 4th is accepted and waits: its bytes reach the device only once
+    // a place frees.
+    let mut fourth = l.connect(API).expect("connect to api");
+    fourth.write_all(b"queued\n").unwrap();
     assert!(
-        wait_until(Duration::from_secs(10), || active(&l, "api") == 2),
-        "the closed connection is still counted"
+        wait_until(Duration::from_secs(10), || l.forward("api")["queued"] == 1),
+        "not queued: {:#}",
+        l.forward("api")
     );
-    let mut s = l.connect(API).expect("connect to api");
-    assert_eq!(echo(&mut s, b"admitted\n"), b"admitted\n");
+    assert_eq!(l.metric("edgelink_queue_length", "api"), 1.0);
+    // Other forwards are not held back by api's bound.
+    drain_once(&l, b"not capped");
+    // One closes: the waiting one goes on.
+    drop(conns.pop());
+    let mut got = [0u8; 7];
+    fourth.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"queued\n");
     for c in &mut conns {
         assert_eq!(echo(c, b"still here\n"), b"still here\n");
     }
-    assert_eq!(l.forward("api")["connectionsRejectedTotal"], 1);
-    assert_eq!(l.forward("api")["totalConnections"], 4);
+    let api = l.forward("api");
+    assert_eq!(api["queued"], 0, "{api:#}");
+    assert_eq!(api["queuedTotal"], 1, "{api:#}");
+    assert_eq!(api["connectionsRejectedTotal"], 0, "{api:#}");
+    assert_eq!(api["totalConnections"], 4, "{api:#}");
 }
 
 #[test]
@@ -137,6 +144,13 @@ fn bad_tcp_bounds_flags_exit_64_naming_the_flag() {
         ("--tcp-keepalive", "1.5"),
         ("--max-connections", "10000001"),
         ("--max-connections", "many"),
+        ("--forward-max-connections", "1000001"),
+        ("--queue-timeout", "0"),
+        ("--queue-timeout", "soon"),
+        ("--max-queue", "0"),
+        ("--connect-retries", "11"),
+        ("--connect-retry-backoff", "0"),
+        ("--connect-retry-backoff", "3"),
     ] {
         let out = ns.exec(&[&bin, "run", "--state-dir", &sd, flag, value]);
         let err = String::from_utf8_lossy(&out.stderr);

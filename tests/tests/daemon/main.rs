@@ -15,6 +15,7 @@ mod nudge;
 mod pods;
 mod private_side;
 mod promises;
+mod protection;
 mod records;
 mod restarts;
 mod security;

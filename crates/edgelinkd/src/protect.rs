@@ -1,0 +1,339 @@
+//! Device protection for one TCP forward: at most `maxConnections`
+//! connections to the target at once, the clients beyond it waiting first
+//! in, first out, for at most the queue timeout; connects retried with
+//! backoff while a device restarts; and how long connects take.
+//!
+//! The queue holds accepted client connections, not the device's backlog:
+//! an embedded TCP stack with a backlog of 5 sees at most `maxConnections`
+//! connects, whatever the burst. Nothing here touches a socket but to see
+//! whether a waiting client has gone.
+
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The bounds in force for one forward (its keys, else the daemon's flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections to the target at once; `None`: no bound.
+    pub max_connections: Option<u32>,
+    /// How long a client may wait for a place.
+    pub queue_timeout: Duration,
+    /// Clients waiting at most; beyond it a new one is reset at once.
+    pub max_queue: u32,
+    /// Connects tried again after a failure.
+    pub connect_retries: u32,
+    /// The wait before the first retry; doubled each time, at most
+    /// [`MAX_BACKOFF`].
+    pub retry_backoff: Duration,
+}
+
+/// The longest wait between two connects.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+impl Limits {
+    /// The wait before retry `n` (0-based).
+    pub fn backoff(&self, n: u32) -> Duration {
+        self.retry_backoff
+            .saturating_mul(1u32.checked_shl(n.min(16)).unwrap_or(u32::MAX))
+            .min(MAX_BACKOFF)
+    }
+}
+
+/// The upper bounds of the connect-latency buckets, in seconds.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A histogram of connect durations (successful connects only).
+#[derive(Debug, Default)]
+pub struct Latency {
+    /// Per bucket, not cumulative; the last one is +Inf.
+    counts: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+/// What `/status` and `/metrics` show of a [`Latency`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LatencySnapshot {
+    pub count: u64,
+    pub sum_seconds: f64,
+    /// (upper bound in seconds, connects in that bucket alone); the last
+    /// bound is +Inf, written as `null` in JSON.
+    pub buckets: Vec<(Option<f64>, u64)>,
+}
+
+impl Latency {
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|&le| s <= le)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn snapshot(&self) -> LatencySnapshot {
+        let buckets: Vec<(Option<f64>, u64)> = self
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (LATENCY_BUCKETS.get(i).copied(), c.load(Ordering::Relaxed)))
+            .collect();
+        LatencySnapshot {
+            count: buckets.iter().map(|b| b.1).sum(),
+            sum_seconds: self.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+            buckets,
+        }
+    }
+}
+
+/// The queue and its counters, shared by every worker serving the forward.
+#[derive(Debug)]
+pub struct Protection {
+    pub limits: Limits,
+    /// One permit per connection to the target; FIFO (tokio's semaphore
+    /// is fair), so the oldest waiting client goes first.
+    slots: Option<Arc<Semaphore>>,
+    /// Clients waiting now.
+    pub queued: AtomicU64,
+    /// Clients that had to wait, ever.
+    pub queued_total: AtomicU64,
+    /// Clients closed because they waited longer than the queue timeout.
+    pub queue_timeouts: AtomicU64,
+    /// Clients reset at once because the queue was full.
+    pub queue_full: AtomicU64,
+    /// Clients that closed while waiting.
+    pub queue_abandoned: AtomicU64,
+    /// Connects tried again.
+    pub retries: AtomicU64,
+    pub latency: Latency,
+}
+
+/// How a client's wait for a place ended.
+#[derive(Debug)]
+pub enum Admission {
+    /// Go on; the permit (if the forward has a bound) is held until the
+    /// connection ends.
+    Go(Option<OwnedSemaphorePermit>),
+    /// Waited longer than the queue timeout.
+    TimedOut,
+    /// The queue was full.
+    Full,
+    /// The client closed while waiting.
+    Left,
+}
+
+impl Protection {
+    pub fn new(limits: Limits) -> Protection {
+        Protection {
+            slots: limits
+                .max_connections
+                .map(|n| Arc::new(Semaphore::new(n as usize))),
+            limits,
+            queued: AtomicU64::new(0),
+            queued_total: AtomicU64::new(0),
+            queue_timeouts: AtomicU64::new(0),
+            queue_full: AtomicU64::new(0),
+            queue_abandoned: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            latency: Latency::default(),
+        }
+    }
+
+    /// Wait for a place for `client`: at once when the forward is below its
+    /// bound, else in the queue until a place frees, the queue timeout
+    /// passes, or the client closes.
+    pub async fn admit(&self, client: &tokio::net::TcpStream) -> Admission {
+        let Some(slots) = &self.slots else {
+            return Admission::Go(None);
+        };
+        if let Ok(p) = slots.clone().try_acquire_owned() {
+            return Admission::Go(Some(p));
+        }
+        let waiting = self.queued.fetch_add(1, Ordering::AcqRel);
+        if waiting >= u64::from(self.limits.max_queue) {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.queue_full.fetch_add(1, Ordering::Relaxed);
+            return Admission::Full;
+        }
+        self.queued_total.fetch_add(1, Ordering::Relaxed);
+        let out = tokio::select! {
+            p = tokio::time::timeout(self.limits.queue_timeout, slots.clone().acquire_owned()) => match p {
+                Ok(Ok(p)) => Admission::Go(Some(p)),
+                // The semaphore is never closed; treat it as a timeout.
+                Ok(Err(_)) | Err(_) => {
+                    self.queue_timeouts.fetch_add(1, Ordering::Relaxed);
+                    Admission::TimedOut
+                }
+            },
+            _ = gone(client) => {
+                self.queue_abandoned.fetch_add(1, Ordering::Relaxed);
+                Admission::Left
+            }
+        };
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        out
+    }
+
+    /// Connections to the target now (permits out).
+    pub fn in_use(&self) -> Option<u64> {
+        let slots = self.slots.as_ref()?;
+        let max = u64::from(self.limits.max_connections?);
+        Some(max.saturating_sub(slots.available_permits() as u64))
+    }
+}
+
+/// Resolves when `client` has closed (end of file or an error); never when
+/// it sent data first (a client may speak before the device answers).
+async fn gone(client: &tokio::net::TcpStream) {
+    let mut b = [0u8; 1];
+    match client.peek(&mut b).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    fn limits(max: u32, queue: u32, timeout_ms: u64) -> Limits {
+        Limits {
+            max_connections: Some(max),
+            queue_timeout: Duration::from_millis(timeout_ms),
+            max_queue: queue,
+            connect_retries: 0,
+            retry_backoff: Duration::from_millis(100),
+        }
+    }
+
+    async fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
+        let peer = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (ours, _) = l.accept().await.unwrap();
+        (ours, peer)
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let l = limits(1, 1, 1);
+        assert_eq!(l.backoff(0), Duration::from_millis(100));
+        assert_eq!(l.backoff(1), Duration::from_millis(200));
+        assert_eq!(l.backoff(3), Duration::from_millis(800));
+        assert_eq!(l.backoff(5), MAX_BACKOFF);
+        assert_eq!(l.backoff(u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn latency_lands_in_its_bucket() {
+        let h = Latency::default();
+        h.observe(Duration::from_micros(300));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(30));
+        let s = h.snapshot();
+        assert_eq!(s.count, 3);
+        assert_eq!(s.buckets[0], (Some(0.0005), 1));
+        assert_eq!(s.buckets[3], (Some(0.005), 1));
+        assert_eq!(s.buckets.last(), Some(&(None, 1)));
+        assert!((s.sum_seconds - 30.0033).abs() < 1e-6, "{}", s.sum_seconds);
+    }
+
+    #[tokio::test]
+    async fn clients_wait_first_in_first_out_and_time_out() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = Arc::new(Protection::new(limits(1, 8, 5_000)));
+        let (a, _pa) = pair(&l).await;
+        let Admission::Go(Some(first)) = p.admit(&a).await else {
+            panic!("the first client waits")
+        };
+        assert_eq!(p.in_use(), Some(1));
+        // Three wait, in order.
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut peers = Vec::new();
+        for i in 0..3 {
+            let (c, peer) = pair(&l).await;
+            peers.push(peer);
+            let (q, tx) = (p.clone(), order_tx.clone());
+            tokio::spawn(async move {
+                if let Admission::Go(Some(permit)) = q.admit(&c).await {
+                    tx.send(i).unwrap();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    drop(permit);
+                }
+            });
+            // Queue in this order.
+            while p.queued.load(Ordering::Acquire) < i + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(p.queued_total.load(Ordering::Relaxed), 3);
+        drop(first);
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(order_rx.recv().await.unwrap());
+        }
+        assert_eq!(got, [0, 1, 2]);
+        assert_eq!(p.queued.load(Ordering::Acquire), 0);
+
+        // A short queue timeout closes a client that waits too long.
+        let p = Protection::new(limits(1, 8, 50));
+        let (a, _pa) = pair(&l).await;
+        let Admission::Go(Some(_held)) = p.admit(&a).await else {
+            panic!()
+        };
+        let (b, _pb) = pair(&l).await;
+        assert!(matches!(p.admit(&b).await, Admission::TimedOut));
+        assert_eq!(p.queue_timeouts.load(Ordering::Relaxed), 1);
+        assert_eq!(p.queued.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_and_a_client_that_leaves_is_dropped() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = Arc::new(Protection::new(limits(1, 1, 10_000)));
+        let (a, _pa) = pair(&l).await;
+        let Admission::Go(Some(_held)) = p.admit(&a).await else {
+            panic!()
+        };
+        let (b, mut pb) = pair(&l).await;
+        let p2 = p.clone();
+        let waiting = tokio::spawn(async move { p2.admit(&b).await });
+        while p.queued.load(Ordering::Acquire) < 1 {
+            tokio::task::yield_now().await;
+        }
+        let (c, _pc) = pair(&l).await;
+        assert!(matches!(p.admit(&c).await, Admission::Full));
+        assert_eq!(p.queue_full.load(Ordering::Relaxed), 1);
+        // The waiting client hangs up: it leaves the queue at once.
+        pb.shutdown().await.unwrap();
+        drop(pb);
+        let out = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the queue noticed the client leave")
+            .unwrap();
+        assert!(matches!(out, Admission::Left), "{out:?}");
+        assert_eq!(p.queue_abandoned.load(Ordering::Relaxed), 1);
+        assert_eq!(p.queued.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn without_a_bound_everyone_goes() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = Protection::new(Limits {
+            max_connections: None,
+            ..limits(1, 1, 1)
+        });
+        let (a, _pa) = pair(&l).await;
+        assert!(matches!(p.admit(&a).await, Admission::Go(None)));
+        assert_eq!(p.in_use(), None);
+    }
+}
