@@ -73,6 +73,14 @@ fn keepalive(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(v))
 }
 
+/// `--workers`: 1..=1024 threads.
+fn worker_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a number of threads in 1..=1024")),
+    }
+}
+
 /// `--connect-retry-backoff`: 0.01..=2 seconds.
 fn backoff(s: &str) -> Result<Duration, String> {
     let v: f64 = s
@@ -212,6 +220,11 @@ pub struct RunArgs {
     /// most 2 s (seconds).
     #[arg(long, default_value = "0.1", value_parser = backoff)]
     pub connect_retry_backoff: Duration,
+    /// Worker threads serving connections, each with its own runtime and
+    /// its own SO_REUSEPORT listener per forward (default: the CPUs this
+    /// process may use).
+    #[arg(long, default_value_t = crate::workers::default_count(), value_parser = worker_count)]
+    pub workers: usize,
     /// A connection to the status endpoint is closed this long after it was
     /// accepted, whatever it is doing (seconds).
     #[arg(long, default_value = "30", value_parser = period)]

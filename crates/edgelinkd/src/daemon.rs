@@ -9,6 +9,7 @@ use crate::factory::Factory;
 use crate::fds::{FdReserve, FD_RESERVE};
 use crate::forward::{self, PrivateSide, Shared};
 use crate::model::{now, AttachmentStatus, ForwardRuntime, MalformedRecord, Status};
+use crate::workers::Workers;
 use edgelink_attachment::{Record, RecordError, RecordStore};
 use edgelink_netns::{Netns, NetnsError};
 use edgelink_relay::PipePool;
@@ -132,13 +133,14 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(args: RunArgs, node: String) -> Arc<Daemon> {
+    pub fn new(args: RunArgs, node: String, workers: Arc<Workers>) -> Arc<Daemon> {
         let pipes = PipePool::new(args.pipe_size, 256);
         let shared = Arc::new(Shared {
             args: args.clone(),
             pipes: pipes.clone(),
             fds: FdReserve::new(FD_RESERVE),
             connections: AtomicU64::new(0),
+            workers,
         });
         Arc::new(Daemon {
             args,
@@ -157,6 +159,22 @@ impl Daemon {
             changes: watch::channel(0).0,
             pass: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Worker `slot` died and was replaced: the listeners it held are gone
+    /// with it, so every forward that was listening starts again, whole
+    /// (on every worker), on the next pass. Connections on the other
+    /// workers go on.
+    pub fn worker_died(&self, slot: usize) {
+        for a in self.map().values() {
+            for f in &a.forwards {
+                if f.lock().listener == "listening" {
+                    f.error(format!("worker {slot} died: listening again"));
+                    f.set_listener("failed");
+                }
+            }
+        }
+        self.nudge.notify_one();
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Attachment>> {
@@ -185,6 +203,8 @@ impl Daemon {
                 .clone(),
             reclaimed_total: self.reclaimed.load(Ordering::Relaxed),
             retired_links_deleted_total: self.reaped.load(Ordering::Relaxed),
+            workers: self.shared.workers.len(),
+            worker_replacements_total: self.shared.workers.replacements(),
         }
     }
 

@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 enum Request {
     Tcp(Domain, oneshot::Sender<io::Result<Socket>>),
     Udp(Domain, oneshot::Sender<io::Result<Socket>>),
-    Listener(SocketAddr, bool, oneshot::Sender<io::Result<Socket>>),
+    Listener(SocketAddr, bool, bool, oneshot::Sender<io::Result<Socket>>),
     IfIndex(String, oneshot::Sender<io::Result<u32>>),
     Refill,
 }
@@ -66,7 +66,7 @@ fn udp_socket(domain: Domain) -> io::Result<Socket> {
     Ok(s)
 }
 
-fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
+fn listener(addr: SocketAddr, stream: bool, reuse_port: bool) -> io::Result<Socket> {
     let domain = Domain::for_address(addr);
     let s = if stream {
         Socket::new(
@@ -82,6 +82,12 @@ fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
         )?
     };
     s.set_reuse_address(true)?;
+    // One listener per worker on the same port; the kernel spreads new
+    // connections (and UDP flows, by their addresses) over them. Only
+    // sockets of the same user may join: not the pod's own processes.
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }
@@ -146,8 +152,8 @@ impl Factory {
                         Request::Udp(d, reply) => {
                             let _ = reply.send(udp_socket(d));
                         }
-                        Request::Listener(addr, stream, reply) => {
-                            let _ = reply.send(listener(addr, stream));
+                        Request::Listener(addr, stream, reuse_port, reply) => {
+                            let _ = reply.send(listener(addr, stream, reuse_port));
                         }
                         Request::IfIndex(name, reply) => {
                             let _ = reply.send(
@@ -203,9 +209,16 @@ impl Factory {
             .map_err(|_| io::Error::other("netns thread is gone"))?
     }
 
-    /// A listening socket bound to `addr` inside the namespace.
-    pub async fn listener(&self, addr: SocketAddr, stream: bool) -> io::Result<Socket> {
-        self.ask(|tx| Request::Listener(addr, stream, tx)).await
+    /// A listening socket bound to `addr` inside the namespace, with
+    /// SO_REUSEPORT when `reuse_port` (one per worker).
+    pub async fn listener(
+        &self,
+        addr: SocketAddr,
+        stream: bool,
+        reuse_port: bool,
+    ) -> io::Result<Socket> {
+        self.ask(|tx| Request::Listener(addr, stream, reuse_port, tx))
+            .await
     }
 
     /// The index of interface `name` inside the namespace.

@@ -8,6 +8,7 @@ use crate::fds::FdReserve;
 use crate::model::ForwardRuntime;
 use crate::protect::Admission;
 use crate::sockopt;
+use crate::workers::Workers;
 use edgelink_attachment::{Protocol, Record};
 use edgelink_relay::{Counters, PipePool, TcpRelayConfig, UdpConfig};
 use ipnetwork::IpNetwork;
@@ -75,6 +76,8 @@ pub struct Shared {
     pub fds: Arc<FdReserve>,
     /// TCP connections relayed now, over all forwards (`--max-connections`).
     pub connections: AtomicU64,
+    /// The runtimes that serve connections, one per worker thread.
+    pub workers: Arc<Workers>,
 }
 
 pub struct Ctx {
@@ -112,37 +115,61 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         IpAddr::V6(Ipv6Addr::UNSPECIFIED),
         spec.port,
     ));
+    let workers = ctx.shared.workers.clone();
+    let stream = spec.protocol == Protocol::Tcp;
+    // TCP: a listener on every worker. UDP: one socket on one worker (the
+    // forwards spread by port), so that its session table, and the
+    // `--udp-max-sessions` bound on it, stay whole.
+    let on: Vec<usize> = if stream {
+        (0..workers.len()).collect()
+    } else {
+        vec![usize::from(spec.port) % workers.len()]
+    };
+    let reuse_port = on.len() > 1;
+    // Every listener first, one per worker and address: the IPv4 ones are
+    // required (and the IPv6 ones for an IPv6 target). A forward comes up
+    // whole or not at all: failed, it is retried on the next pass.
+    let mut socks = Vec::new();
+    'addrs: for addr in addrs {
+        let mut these = Vec::new();
+        for &w in &on {
+            match ctx.factory.listener(addr, stream, reuse_port).await {
+                Ok(s) => these.push((w, s)),
+                Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() => {
+                    tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
+                    continue 'addrs;
+                }
+                Err(e) => {
+                    f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
+                    tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
+                    f.set_listener("failed");
+                    return Vec::new();
+                }
+            }
+        }
+        socks.extend(these);
+    }
     let mut tasks = Vec::new();
-    // The IPv4 listener is required (and the IPv6 one for an IPv6 target):
-    // a forward half up is reported failed, so it is retried.
-    let mut required_failed = false;
-    for addr in addrs {
-        let stream = spec.protocol == Protocol::Tcp;
-        let sock = match ctx.factory.listener(addr, stream).await {
-            Ok(s) => s,
-            Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() => {
-                tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
-                continue;
-            }
-            Err(e) => {
-                f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
-                tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
-                required_failed = true;
-                continue;
-            }
-        };
-        let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %spec.target);
+    for (w, sock) in socks {
+        let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %spec.target, worker = w);
         let task = match spec.protocol {
             Protocol::Tcp => {
                 let std: std::net::TcpListener = sock.into();
-                match tokio::net::TcpListener::from_std(std) {
-                    Ok(l) => tokio::spawn(accept_loop(l, ctx.clone_for()).instrument(span)),
-                    Err(e) => {
-                        f.error(e);
-                        required_failed = true;
-                        continue;
+                let c = ctx.clone_for();
+                workers.spawn(
+                    w,
+                    async move {
+                        // Registered with this worker's runtime: here.
+                        match tokio::net::TcpListener::from_std(std) {
+                            Ok(l) => accept_loop(l, c).await,
+                            Err(e) => {
+                                c.forward.error(e);
+                                c.forward.set_listener("failed");
+                            }
+                        }
                     }
-                }
+                    .instrument(span),
+                )
             }
             Protocol::Udp => {
                 let cfg = UdpConfig {
@@ -159,7 +186,8 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                 let source: Arc<dyn edgelink_relay::SocketSource> = ctx.factory.clone();
                 let target = spec.target;
                 let counters = f.counters.clone();
-                tokio::spawn(
+                workers.spawn(
+                    w,
                     async move {
                         let shutdown = async move {
                             let _ = stop.wait_for(|s| *s).await;
@@ -188,13 +216,9 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         };
         tasks.push(task);
     }
-    if !required_failed && !tasks.is_empty() {
-        f.set_listener("listening");
-        if spec.protocol == Protocol::Tcp && !ctx.shared.args.probe_interval.is_zero() {
-            tasks.push(tokio::spawn(probe_loop(ctx.clone_for())));
-        }
-    } else {
-        f.set_listener("failed");
+    f.set_listener("listening");
+    if spec.protocol == Protocol::Tcp && !ctx.shared.args.probe_interval.is_zero() {
+        tasks.push(tokio::spawn(probe_loop(ctx.clone_for())));
     }
     tasks
 }

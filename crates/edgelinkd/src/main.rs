@@ -19,6 +19,7 @@ mod sockopt;
 mod status_cli;
 mod watch;
 mod webhook;
+mod workers;
 
 use anyhow::Context;
 use clap::Parser;
@@ -123,7 +124,42 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("--status-addr {}", args.status_addr))?;
 
     let node = node_name(&args);
-    let d = Daemon::new(args.clone(), node);
+    let (workers, mut died) =
+        workers::Workers::start(args.workers).context("starting the worker threads")?;
+    let d = Daemon::new(args.clone(), node, workers.clone());
+    {
+        let (d, workers) = (d.clone(), workers.clone());
+        tokio::spawn(async move {
+            while let Some(slot) = died.recv().await {
+                match workers.replace(slot) {
+                    Ok(generation) => {
+                        tracing::error!(
+                            worker = slot,
+                            generation,
+                            "a worker thread died: replaced, its listeners start again"
+                        );
+                        d.worker_died(slot);
+                    }
+                    Err(e) => {
+                        tracing::error!(worker = slot, error = %e, "a worker thread died and cannot be replaced")
+                    }
+                }
+            }
+        });
+    }
+    // Debug builds only: SIGUSR2 kills worker 0 the way a bug would, for
+    // the test that it is replaced.
+    #[cfg(debug_assertions)]
+    {
+        let workers = workers.clone();
+        let mut usr2 =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
+        tokio::spawn(async move {
+            while usr2.recv().await.is_some() {
+                workers.kill(0);
+            }
+        });
+    }
     let control = control::bind(&d)?;
     tokio::spawn(control::serve(control, d.clone()));
     tokio::spawn(http::serve(status_listener, d.clone()));
@@ -131,7 +167,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(url) = &args.status_webhook {
         webhook::start(d.clone(), url.clone())?;
     }
-    tracing::info!(state_dir = %dir.display(), status_addr = %args.status_addr, node = %d.node, "edgelinkd started");
+    tracing::info!(state_dir = %dir.display(), status_addr = %args.status_addr, node = %d.node, workers = workers.len(), "edgelinkd started");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -170,5 +206,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let _ = std::fs::remove_file(dir.join(edgelink_attachment::DAEMON_SOCKET));
+    workers.stop();
     Ok(())
 }

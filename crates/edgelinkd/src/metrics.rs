@@ -212,6 +212,16 @@ pub fn render(d: &Daemon) -> String {
         "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
         reaped,
     );
+    let workers: Gauge = Gauge::default();
+    workers.set(status.workers as i64);
+    reg.register("workers", "Worker threads serving connections", workers);
+    let replaced: Counter = Counter::default();
+    replaced.inc_by(status.worker_replacements_total);
+    reg.register(
+        "worker_replacements",
+        "Worker threads that died and were replaced",
+        replaced,
+    );
     let pool_taken: Counter = Counter::default();
     pool_taken.inc_by(d.pool_taken.load(std::sync::atomic::Ordering::Relaxed));
     reg.register(

@@ -323,4 +323,10 @@ pub struct Status {
     /// daemon deleted.
     #[serde(default)]
     pub retired_links_deleted_total: u64,
+    /// Worker threads serving connections (`--workers`).
+    #[serde(default)]
+    pub workers: usize,
+    /// Worker threads that died and were replaced.
+    #[serde(default)]
+    pub worker_replacements_total: u64,
 }

@@ -189,6 +189,8 @@ mod tests {
             malformed_records: vec![],
             reclaimed_total: 0,
             retired_links_deleted_total: 0,
+            workers: 1,
+            worker_replacements_total: 0,
         };
         let t = table(&s);
         let lines: Vec<&str> = t.lines().collect();

@@ -167,3 +167,73 @@ fn a_transfer_cut_when_the_sigterm_grace_runs_out_ends_with_a_reset() {
         "the client read {n} bytes of a cut transfer, then {end:?}"
     );
 }
+
+/// The listening sockets on `port` in the pod (`ss`), one per worker and
+/// address family.
+fn listeners_on(l: &DLab, port: u16) -> usize {
+    let out = l.pod.exec(&["ss", "-Hltn", &format!("sport = :{port}")]);
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn each_worker_has_its_own_listener_and_a_worker_that_dies_is_replaced() {
+    let l = DLab::with(Opts {
+        flags: &["--workers", "3", "--reconcile-interval", "0.2"],
+        ..Default::default()
+    });
+    let s = l.status();
+    assert_eq!(s["workers"], 3, "{s:#}");
+    // IPv4 and IPv6, three workers each, SO_REUSEPORT.
+    assert_eq!(listeners_on(&l, API), 6);
+    // The kernel spreads connections over the listeners: all are served.
+    for i in 0..30 {
+        let mut c = l.connect(API).expect("connect");
+        let msg = format!("conn {i}\n");
+        assert_eq!(echo(&mut c, msg.as_bytes()), msg.as_bytes());
+    }
+    // A worker's thread dies (debug builds: SIGUSR2 kills worker 0 the way
+    // a panic would): it is replaced, and every forward listens again on
+    // every worker.
+    l.daemon
+        .as_ref()
+        .unwrap()
+        .signal(nix::sys::signal::Signal::SIGUSR2);
+    l.wait_status(
+        Duration::from_secs(10),
+        "worker replaced, all listening",
+        |s| {
+            s["workerReplacementsTotal"] == 1
+                && s["attachments"][0]["forwards"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().all(|f| f["listener"] == "listening"))
+        },
+    );
+    assert_eq!(listeners_on(&l, API), 6);
+    assert_eq!(l.metric_plain("edgelink_worker_replacements_total"), 1.0);
+    for i in 0..30 {
+        let mut c = l.connect(API).expect("connect after the replacement");
+        let msg = format!("after {i}\n");
+        assert_eq!(echo(&mut c, msg.as_bytes()), msg.as_bytes());
+    }
+    // UDP: one socket per forward and family, on one worker; back too.
+    assert_eq!(listeners_on_udp(&l, UDP), 2);
+}
+
+fn listeners_on_udp(l: &DLab, port: u16) -> usize {
+    let out = l.pod.exec(&["ss", "-Hlun", &format!("sport = :{port}")]);
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn bad_workers_flags_exit_64() {
+    let ns = Netns::new("wflags");
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path().display().to_string();
+    let bin = daemon_bin().display().to_string();
+    for value in ["0", "1025", "many"] {
+        let out = ns.exec(&[&bin, "run", "--state-dir", &sd, "--workers", value]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "--workers {value}: {err}");
+        assert!(err.contains("--workers"), "--workers {value}: {err}");
+    }
+}
