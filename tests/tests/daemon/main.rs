@@ -15,6 +15,7 @@ mod nudge;
 mod pods;
 mod private_side;
 mod promises;
+mod proxy_protocol;
 mod records;
 mod restarts;
 mod security;
