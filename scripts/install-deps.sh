@@ -4,7 +4,8 @@
 #   scripts/install-deps.sh [test|bench|demo|all]...     (default: test)
 #
 # test   iproute2, containernetworking-plugins, podman, runc, busybox-static,
-#        vagrant and shellcheck (scripts/check-vagrant.sh; no hypervisor)
+#        vagrant and shellcheck (scripts/check-vagrant.sh; no hypervisor),
+#        haproxy and nginx (the PROXY protocol receivers of the daemon tests)
 #        (+ python3, normally present already)
 # bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk, strace
 # demo   iproute2, python3 (scripts/demo.sh)
@@ -17,12 +18,12 @@
 # Prints one line per group.
 set -euo pipefail
 
-readonly TEST_PKGS=(iproute2 containernetworking-plugins podman runc busybox-static shellcheck vagrant python3)
+readonly TEST_PKGS=(iproute2 containernetworking-plugins podman runc busybox-static shellcheck vagrant haproxy nginx python3)
 readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace)
 readonly DEMO_PKGS=(iproute2 python3)
 
 usage() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 # "install ok installed" only for a fully installed package. No pipe into

@@ -387,7 +387,7 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, _slot: Slot) {
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
     let target = f.spec.target;
-    let upstream = match connect_retrying(&ctx, target).await {
+    let upstream = match connect_with_header(&ctx, &client, target).await {
         Ok(s) => {
             f.reach(true, None);
             s
@@ -496,6 +496,40 @@ async fn connect(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::T
         Err(_) => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("no answer within {timeout:?}"),
+        )),
+    }
+}
+
+/// [`connect`], then the forward's PROXY protocol header, if it has one,
+/// written whole before any byte of the client and within the connect
+/// timeout again: a target that does not take it fails as a connect does.
+/// (The connect itself is retried: [`connect_retrying`].)
+/// The header names the client's address and the one it dialed (the pod's,
+/// the forward's port); it is not the client's, so not in `bytes_to_target`.
+async fn connect_with_header(
+    ctx: &Ctx,
+    client: &tokio::net::TcpStream,
+    target: SocketAddr,
+) -> std::io::Result<tokio::net::TcpStream> {
+    use edgelink_relay::proxy_header::{self, Version};
+    let mut upstream = connect_retrying(ctx, target).await?;
+    let version = match ctx.forward.spec.proxy_protocol {
+        None => return Ok(upstream),
+        Some(edgelink_attachment::ProxyProtocol::V1) => Version::V1,
+        Some(edgelink_attachment::ProxyProtocol::V2) => Version::V2,
+    };
+    let header = proxy_header::build(version, client.peer_addr()?, client.local_addr()?)?;
+    let timeout = Duration::from_millis(ctx.forward.spec.connect_timeout_ms);
+    let write = tokio::io::AsyncWriteExt::write_all(&mut upstream, &header);
+    match tokio::time::timeout(timeout, write).await {
+        Ok(Ok(())) => Ok(upstream),
+        Ok(Err(e)) => Err(std::io::Error::new(
+            e.kind(),
+            format!("PROXY protocol header: {e}"),
+        )),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("PROXY protocol header not taken within {timeout:?}"),
         )),
     }
 }

@@ -1,6 +1,7 @@
 //! The data path of one forward, and nothing else: TCP relayed with
 //! splice(2) through pooled pipes, UDP relayed with batched syscalls and a
-//! per-client session table, and the counters both keep.
+//! per-client session table, and the counters both keep; also the PROXY
+//! protocol header a TCP relay may send its target first (`proxy_header`).
 //!
 //! This crate does not know about network namespaces, attachments or
 //! configuration files. Sockets that must live in a pod's namespace are
@@ -18,6 +19,7 @@
 
 pub mod counters;
 pub mod pipe;
+pub mod proxy_header;
 #[allow(unsafe_code)]
 mod sockopt;
 pub mod tcp;

@@ -16,6 +16,7 @@ mod pods;
 mod private_side;
 mod promises;
 mod protection;
+mod proxy_protocol;
 mod records;
 mod restarts;
 mod security;
