@@ -255,14 +255,36 @@ class Lab:
         for ns in (CLIENT, POD):
             sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
 
-    def attach(self, forwards):
+    def attach(self, forwards, fallback=None):
         """edgelinkd in the node netns, then a real plugin ADD of net1 (bridge
-        mode) with the forwards; returns net1's address."""
+        mode) with the forwards; returns net1's address. When the plugin
+        refuses them and `fallback` is given (the same forwards without keys
+        an older plugin may not know), a second ADD with those; self.forwards
+        and self.refused say which were used and why."""
         self.daemon = self.procs.start("edgelinkd", NODE, [
             DAEMON, "run", "--state-dir", self.state, "--status-addr", "127.0.0.1:9310",
             "--log-level", "warn", "--probe-interval", "0"] + os.environ.get("EDGELINKD_ARGS", "").split())
         sock = os.path.join(self.state, "edgelinkd.sock")
         wait_for("edgelinkd's control socket", lambda: os.path.exists(sock), self.daemon, self.procs)
+        self.refused = None
+        p = self._add(forwards)
+        if p.returncode != 0 and fallback is not None:
+            self.refused = (p.stdout.decode() + p.stderr.decode()).strip()[:400]
+            print("relay bench: the plugin refused the forwards (%s); again without the keys it may not know"
+                  % self.refused, flush=True)
+            forwards = fallback
+            p = self._add(forwards)
+        if p.returncode != 0:
+            raise SystemExit("relay bench: plugin ADD failed: %s %s" % (p.stdout.decode(), p.stderr.decode()))
+        self.forwards = forwards
+        net1 = json.loads(p.stdout)["ips"][0]["address"].split("/")[0]
+        # The direct routed path: client -> pod (forwarding) -> net1 -> device.
+        sh("ip", "netns", "exec", POD, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("ip", "-n", CLIENT, "route", "add", "172.17.16.0/24", "via", POD_IP)
+        sh("ip", "-n", DEV, "route", "add", "10.244.1.0/24", "via", net1)
+        return net1
+
+    def _add(self, forwards):
         conf = {"cniVersion": "1.0.0", "name": "relay-bench", "type": "edgelink", "mode": "bridge",
                 "bridge": "edge0", "uplink": "uplink0", "stateDir": self.state,
                 "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.200",
@@ -272,16 +294,8 @@ class Lab:
                "CNI_NETNS": "/var/run/netns/" + POD, "CNI_PATH": "/usr/lib/cni",
                "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=proxy-0",
                "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-        p = subprocess.run(["ip", "netns", "exec", NODE, PLUGIN], input=json.dumps(conf).encode(),
-                           env=env, capture_output=True, timeout=30)
-        if p.returncode != 0:
-            raise SystemExit("relay bench: plugin ADD failed: %s %s" % (p.stdout.decode(), p.stderr.decode()))
-        net1 = json.loads(p.stdout)["ips"][0]["address"].split("/")[0]
-        # The direct routed path: client -> pod (forwarding) -> net1 -> device.
-        sh("ip", "netns", "exec", POD, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        sh("ip", "-n", CLIENT, "route", "add", "172.17.16.0/24", "via", POD_IP)
-        sh("ip", "-n", DEV, "route", "add", "10.244.1.0/24", "via", net1)
-        return net1
+        return subprocess.run(["ip", "netns", "exec", NODE, PLUGIN], input=json.dumps(conf).encode(),
+                              env=env, capture_output=True, timeout=30)
 
     def close(self):
         for ns in reversed(self.netns):

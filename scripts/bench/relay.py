@@ -24,8 +24,9 @@ This file only runs the measures and writes the report; each subject of the
 bench has its module beside it: lab.py (namespaces, topology, processes),
 usage.py (/proc accounting), device.py (the device's services),
 subjects.py (starting the peers), throughput.py, connections.py, udp.py,
-footprint.py (idle memory, syscall profiles), report.py (the Markdown),
-verdict.py (what fails the run).
+footprint.py (idle memory, syscall profiles), fragile.py (bursts against
+a device that accepts slowly), report.py (the Markdown), verdict.py (what
+fails the run).
 
     relay.py [--quick] [--rounds N] [--out FILE] [--only a,b,...]
 
@@ -42,6 +43,7 @@ import tempfile
 import time
 
 import device
+import fragile
 import lab
 import verdict  # scripts/bench/verdict.py: which figures fail the run
 from connections import conn_rate, rr
@@ -61,7 +63,10 @@ def bring_up(the_lab, procs, only=None):
     device_procs = device.start(procs)
 
     elk_ports, forwards = edgelink_forwards()
-    the_lab.attach(forwards)
+    # The fragile device's forward (fragile.py) rides on the same ADD; it is
+    # shown with its own measure, not in the commands below.
+    with_queue, without = fragile.forward()
+    the_lab.attach(forwards + [with_queue], fallback=forwards + [without])
     subjects = [Subject("direct", DEV_IP, {IPERF: IPERF, ECHO: ECHO, UDP: UDP, IDLE: IDLE},
                         commands=["client -> %s via the pod (routed, no relay)" % DEV_IP], peer=False)]
     want = lambda k: only is None or k in only
@@ -97,7 +102,7 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (default 3, 1 with --quick)")
     ap.add_argument("--out", help="write the markdown section here")
     ap.add_argument("--only", help="comma-separated subjects: direct,socat,haproxy,haproxy1m,nginx,edgelinkd")
-    ap.add_argument("--measures", help="comma-separated measures (default all): idle,tcp1,tcp8,conn,rr,udp,profile")
+    ap.add_argument("--measures", help="comma-separated measures (default all): idle,tcp1,tcp8,conn,rr,udp,fragile,profile")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("relay bench: run as root (network namespaces)")
@@ -176,6 +181,12 @@ def main():
                         results[s.name].setdefault(key, []).append(v)
                     line.append("%s %s" % (s.name, " ".join("%s=%.4g" % kv for kv in got.items())))
                 print("round %d %s: %s" % (r + 1, title, "; ".join(line)), flush=True)
+        fragile_subjects, fragile_kinds, fragile_record = [], {}, None
+        if wanted("fragile"):
+            fragile_subjects, fragile_kinds = fragile.run(
+                procs, tmp, the_lab.daemon, the_lab.forwards, only is None or "haproxy" in only,
+                rounds, a.quick, results, errors)
+            fragile_record = fragile.recorded(the_lab.state)  # before the state dir goes
         if not wanted("profile"):
             profile = None
         elif shutil.which("strace"):
@@ -189,9 +200,12 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
     text, _ = report(a, subjects, results, profile, secs, rounds, idle_n, started)
+    if fragile_subjects:
+        text += "\n" + "\n".join(fragile.section(fragile_subjects, results, fragile_kinds, a.quick, rounds,
+                                                  fragile_record, the_lab.refused))
     if errors:
         text += "\nFailed measurements (not in the figures above):\n\n" + "".join("- %s\n" % e for e in errors)
-    failed, notes = verdict.relay_checks(results, {s.name for s in subjects if s.peer})
+    failed, notes = verdict.relay_checks(results, {s.name for s in subjects + fragile_subjects if s.peer})
     text += "\n" + "\n".join(verdict.section("Checks: edgelinkd loses no work", failed, notes))
     print(text)
     if a.out:
