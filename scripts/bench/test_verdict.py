@@ -15,7 +15,10 @@ def healthy():
         "direct": {"conn_failed": [0], "conn_ok": [9000], "ucheck_loss": [0.0]},
         "socat": {"conn_failed": [0], "conn_ok": [800], "idle_failed": [0], "idle_conns": [1000]},
         "edgelinkd": {"conn_failed": [0, 1], "conn_ok": [6000, 5999], "idle_failed": [0], "idle_conns": [1000],
-                      "ucheck_loss": [0.0004], "u200_loss": [0.41]},
+                      "ucheck_loss": [0.0004], "u200_loss": [0.41],
+                      "fragile200_completed": [200, 200], "fragile1000_completed": [1000],
+                      "fragile200_p99_ms": [1200.0]},
+        "HAProxy": {"fragile200_completed": [200]},
     }
 
 
@@ -70,6 +73,48 @@ class RelayChecks(unittest.TestCase):
         self.assertEqual(failed, [])
         self.assertEqual(len(notes), 2)
         self.assertTrue(all("socat" in n for n in notes))
+
+    def test_a_burst_edgelinkd_does_not_complete_fails_the_run(self):
+        r = healthy()
+        r["edgelinkd"]["fragile200_completed"] = [200, 199]
+        r["edgelinkd"]["fragile1000_completed"] = [138]
+        failed, notes = verdict.relay_checks(r, PEERS)
+        self.assertEqual(notes, [])
+        self.assertEqual(len(failed), 2)
+        self.assertIn("burst of 200 clients (fragile200_completed), run 2", failed[0])
+        self.assertIn("completed 199 of 200", failed[0])
+        self.assertIn("burst of 1000 clients (fragile1000_completed), run 1", failed[1])
+        self.assertIn("completed 138 of 1000", failed[1])
+        self.assertIn("86.20% failed", failed[1])
+
+    def test_a_burst_is_checked_whatever_its_size(self):
+        r = healthy()
+        r["edgelinkd"]["fragile50_completed"] = [49]
+        failed, _ = verdict.relay_checks(r, PEERS)
+        self.assertEqual(len(failed), 1)
+        self.assertIn("49 of 50", failed[0])
+
+    def test_a_burst_that_fails_completely_fails_the_run(self):
+        r = healthy()
+        r["edgelinkd"]["fragile200_completed"] = [0]
+        failed, _ = verdict.relay_checks(r, PEERS)
+        self.assertEqual(len(failed), 1)
+        self.assertIn("completed 0 of 200", failed[0])
+
+    def test_only_the_completed_counts_are_checked(self):
+        r = healthy()
+        r["edgelinkd"]["fragile200_p99_ms"] = [29000.0]
+        r["edgelinkd"]["fragile200_seconds"] = [30.0]
+        self.assertEqual(verdict.relay_checks(r, PEERS)[0], [])
+
+    def test_a_peers_and_directs_incomplete_bursts_are_not_fatal(self):
+        r = healthy()
+        r["HAProxy"]["fragile200_completed"] = [150]
+        r["direct"]["fragile200_completed"] = [94]
+        failed, notes = verdict.relay_checks(r, PEERS)
+        self.assertEqual(failed, [])
+        self.assertEqual(len(notes), 1)
+        self.assertIn("HAProxy completed 150 of 200", notes[0])
 
     def test_unmeasured_figures_are_not_checked(self):
         self.assertEqual(verdict.relay_checks({"edgelinkd": {}}, PEERS), ([], []))

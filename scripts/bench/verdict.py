@@ -12,6 +12,12 @@ is broken, whatever the machine's speed:
   UDP_LOSS_MAX lost at UDP_CHECK_LOAD (one client, 1400-byte datagrams at
   5 000/s; the overload figures, where the direct path loses too, are
   figures, not checks);
+- edgelinkd does not complete every client of a burst against the fragile
+  device (fragile.py: a listen backlog of 5, one accept per 5 ms; N clients
+  connect at once, each sends 64 bytes and reads them back): a forward with
+  `maxConnections` queues what the device cannot take yet, so every client
+  must complete within the burst's timeout (the figures fragile<N>_completed,
+  one per burst of N clients);
 - edgelink's own CHECK fails (any CHECK of an edgelink subject).
 
 The peers' (socat, HAProxy, nginx, the reference plugins) failures are
@@ -19,6 +25,7 @@ reported beside, never fatal: they are what is compared against, not what
 is tested. Pure functions over the results, so that the failure path is
 tested without a broken relay (scripts/bench/test_verdict.py).
 """
+import re
 
 CONN_FAILED_MAX = 0.001
 IDLE_FAILED_MAX = 0.001
@@ -26,6 +33,8 @@ UDP_LOSS_MAX = 0.01
 # key, clients, offered datagrams/s
 UDP_CHECK_LOAD = ("ucheck", 1, 5000)
 RELAY = "edgelinkd"
+# fragile<N>_completed: clients that completed, per burst of N clients
+FRAGILE_COMPLETED = re.compile(r"^fragile(\d+)_completed$")
 
 
 def _share(bad, good):
@@ -62,6 +71,15 @@ def relay_checks(results, peers):
             if loss > UDP_LOSS_MAX:
                 out.append("UDP at %d/s from %d client (%s_loss), round %d: %s lost %s of the datagrams (bound %s)"
                            % (rate, clients, key, i + 1, name, _pct(loss), _pct(UDP_LOSS_MAX)))
+        for key in sorted(r, key=lambda k: (len(k), k)):
+            m = FRAGILE_COMPLETED.match(key)
+            if not m:
+                continue
+            n = int(m.group(1))
+            for i, done in enumerate(r[key]):
+                if done < n:
+                    out.append("fragile device, burst of %d clients (%s), run %d: %s completed %d of %d "
+                               "(%s failed; bound: all)" % (n, key, i + 1, name, done, n, _pct(_share(n - done, done))))
     return failures, notes
 
 

@@ -6,7 +6,13 @@
 //! - `rr ADDR`: request/reply on persistent connections — latency p50/p99.
 //! - `udp ADDR`: RATE datagrams/s of SIZE bytes from C sockets, counting the
 //!   echoes that come back — delivered packets/s and loss.
+//! - `fragile-device ADDR`: a device with a small listen backlog that
+//!   accepts one connection per interval, each an echo (the server side).
+//! - `burst ADDR`: N clients at once, each one exchange — how many complete
+//!   and how long they take.
 #![forbid(unsafe_code)]
+
+mod fragile;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -64,6 +70,29 @@ enum Mode {
         /// Datagrams per second offered, over all sockets (0: as fast as possible).
         #[arg(long, default_value = "50000")]
         rate: u64,
+    },
+    /// A device that listens with a small backlog and accepts slowly (one
+    /// connection per interval, each an echo on its own thread), for
+    /// SECONDS.
+    FragileDevice {
+        addr: SocketAddr,
+        #[arg(long, default_value = "5")]
+        backlog: i32,
+        #[arg(long, default_value = "5")]
+        accept_every_ms: u64,
+        #[arg(long, default_value = "60")]
+        seconds: f64,
+    },
+    /// CLIENTS connections at once, each: connect, SIZE bytes each way,
+    /// close; all within TIMEOUT_S.
+    Burst {
+        addr: SocketAddr,
+        #[arg(long, default_value = "200")]
+        clients: usize,
+        #[arg(long, default_value = "64")]
+        size: usize,
+        #[arg(long, default_value = "30")]
+        timeout_s: f64,
     },
 }
 
@@ -275,6 +304,28 @@ fn main() -> anyhow::Result<()> {
             size,
             rate,
         } => udp(addr, concurrency, seconds.min(600.0), size, rate)?,
+        Mode::FragileDevice {
+            addr,
+            backlog,
+            accept_every_ms,
+            seconds,
+        } => fragile::device(
+            addr,
+            backlog,
+            Duration::from_millis(accept_every_ms),
+            seconds.min(86_400.0),
+        )?,
+        Mode::Burst {
+            addr,
+            clients,
+            size,
+            timeout_s,
+        } => fragile::burst(
+            addr,
+            clients.clamp(1, 20_000),
+            size,
+            Duration::from_secs_f64(timeout_s.clamp(0.001, 600.0)),
+        )?,
     };
     println!("{out}");
     Ok(())
