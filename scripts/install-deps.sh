@@ -3,7 +3,8 @@
 #
 #   scripts/install-deps.sh [test|bench|demo|all]...     (default: test)
 #
-# test   iproute2, containernetworking-plugins, podman, runc, busybox-static,
+# test   iproute2, nftables (the kernel-path tests), containernetworking-plugins,
+#        podman, runc, busybox-static,
 #        vagrant and shellcheck (scripts/check-vagrant.sh; no hypervisor)
 #        (+ python3, normally present already)
 # bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk, strace
@@ -17,12 +18,12 @@
 # Prints one line per group.
 set -euo pipefail
 
-readonly TEST_PKGS=(iproute2 containernetworking-plugins podman runc busybox-static shellcheck vagrant python3)
+readonly TEST_PKGS=(iproute2 nftables containernetworking-plugins podman runc busybox-static shellcheck vagrant python3)
 readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace)
 readonly DEMO_PKGS=(iproute2 python3)
 
 usage() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 # "install ok installed" only for a fully installed package. No pipe into
