@@ -3,7 +3,8 @@
 #
 #   scripts/install-deps.sh [test|bench|demo|all]...     (default: test)
 #
-# test   iproute2, containernetworking-plugins, podman, runc, busybox-static,
+# test   iproute2, nftables (the kernel path), containernetworking-plugins,
+#        podman, runc, busybox-static,
 #        vagrant and shellcheck (scripts/check-vagrant.sh; no hypervisor),
 #        haproxy and nginx (the PROXY protocol receivers of the daemon tests)
 #        (+ python3, normally present already)
@@ -18,7 +19,7 @@
 # Prints one line per group.
 set -euo pipefail
 
-readonly TEST_PKGS=(iproute2 containernetworking-plugins podman runc busybox-static shellcheck vagrant haproxy nginx python3)
+readonly TEST_PKGS=(iproute2 nftables containernetworking-plugins podman runc busybox-static shellcheck vagrant haproxy nginx python3)
 readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace)
 readonly DEMO_PKGS=(iproute2 python3)
 

@@ -1,0 +1,213 @@
+//! The kernel fast path of a forward: nftables NAT in a pod's network
+//! namespace instead of edgelinkd's user-space relay. This crate owns only
+//! that kernel state: one `inet` table per attachment (DNAT of the declared
+//! ports to their targets, masquerade out of the private interface, a
+//! forward chain that drops everything else), the forwarding and conntrack
+//! sysctls of that namespace, and reading the table's counters back.
+//!
+//! It must not: touch any namespace but the one it is handed (never the
+//! node's own firewall), link libnftnl or any other C library (it runs the
+//! `nft` binary and speaks nft's JSON API, see [`Options::nft`]), use an
+//! async runtime (the daemon calls it from `spawn_blocking`), or decide
+//! which forwards take this path (the daemon does).
+//!
+//! Every call that changes the namespace is one `nft -j -f -` transaction,
+//! which the kernel applies whole or not at all. Namespaces are entered
+//! only on short-lived threads of their own ([`Netns::run_on_thread`]); a
+//! child process spawned there inherits that namespace.
+//!
+//! Only traffic that does not arrive on the private interface is DNATed,
+//! and only to targets inside the plan's allowed networks: a device on the
+//! private segment can never use this path to reach into the cluster.
+//! Clients inside the pod itself (its loopback) are not served: the NAT
+//! hooks here see packets routed through the pod, not the pod's own.
+
+#![forbid(unsafe_code)]
+
+mod counters;
+mod nft;
+mod render;
+mod sysctl;
+
+pub use edgelink_attachment::Protocol;
+pub use render::render;
+pub use sysctl::conntrack_headroom;
+
+use edgelink_netns::{Netns, NetnsError};
+use ipnetwork::IpNetwork;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One forward served by the kernel: `protocol` `port` on the pod's
+/// addresses, DNATed to `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelForward {
+    /// The forward's name; its counters are `<name>-conn`, `-up`, `-down`.
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+    /// IPv4 or IPv6: only clients of the same family reach it (NAT does not
+    /// translate between families).
+    pub target: SocketAddr,
+}
+
+/// Everything one attachment's table holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The table's name (family `inet`), e.g. "edgelink".
+    pub table: String,
+    /// The edgelink interface in the pod, e.g. "net1".
+    pub private_ifname: String,
+    pub forwards: Vec<KernelForward>,
+    /// The attachment's allowedTargets: [`render`] refuses any target
+    /// outside them.
+    pub allowed: Vec<IpNetwork>,
+}
+
+/// How to reach nft, and the conntrack tuning of the pod's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// The nft program: a path, or a name looked up in `PATH`.
+    pub nft: PathBuf,
+    /// net.netfilter.nf_conntrack_tcp_timeout_time_wait (whole seconds).
+    pub tcp_time_wait: Duration,
+    /// net.netfilter.nf_conntrack_udp_timeout (whole seconds).
+    pub udp_timeout: Duration,
+    /// net.netfilter.nf_conntrack_udp_timeout_stream (whole seconds).
+    pub udp_stream_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            nft: PathBuf::from("nft"),
+            tcp_time_wait: Duration::from_secs(30),
+            udp_timeout: Duration::from_secs(30),
+            udp_stream_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one forward's counters read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowCounters {
+    /// New flows DNATed (the nat chain sees only a flow's first packet).
+    pub connections: u64,
+    pub packets_to_target: u64,
+    pub bytes_to_target: u64,
+    pub packets_to_client: u64,
+    pub bytes_to_client: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("table {table}: {reason}")]
+    InvalidPlan { table: String, reason: String },
+    #[error("table {table}: forward {forward}: target {target} is outside the allowed targets [{allowed}]")]
+    TargetNotAllowed {
+        table: String,
+        forward: String,
+        target: SocketAddr,
+        allowed: String,
+    },
+    #[error("option {option}: {reason}")]
+    InvalidOption {
+        option: &'static str,
+        reason: String,
+    },
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error("cannot run {nft} in {netns}: {source}")]
+    Spawn {
+        nft: PathBuf,
+        netns: PathBuf,
+        source: io::Error,
+    },
+    #[error("{nft} failed to {action} table inet {table} in {netns}: {stderr}")]
+    Nft {
+        nft: PathBuf,
+        netns: PathBuf,
+        table: String,
+        action: &'static str,
+        stderr: String,
+    },
+    #[error("no table inet {table} in {netns}")]
+    NoTable { netns: PathBuf, table: String },
+    #[error("cannot parse what {nft} listed of table inet {table} in {netns}: {reason}")]
+    Parse {
+        nft: PathBuf,
+        netns: PathBuf,
+        table: String,
+        reason: String,
+    },
+    #[error("cannot set {path} to {value} in {netns}: {source}")]
+    SetSysctl {
+        netns: PathBuf,
+        path: &'static str,
+        value: String,
+        source: io::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    ReadSysctl { path: PathBuf, source: io::Error },
+}
+
+/// Install `plan` in `netns`, replacing whatever the table held, then turn
+/// on forwarding there and set the conntrack timeouts of `opts`.
+///
+/// Idempotent: one transaction adds the table, deletes it and adds it anew
+/// with everything in it, so no rule is ever doubled and the same plan
+/// always lists the same. The table's counters start again from zero.
+/// Flows already tracked keep their NAT; those of a forward no longer in
+/// the plan are dropped by the new forward chain.
+pub fn ensure(netns: &Netns, plan: &Plan, opts: &Options) -> Result<(), Error> {
+    let doc = render(plan)?;
+    let timeouts = sysctl::ConntrackTimeouts::from_options(opts)?;
+    let needs_ipv6 = plan.forwards.iter().any(|f| f.target.is_ipv6());
+    let nft = nft::Nft::new(opts, netns, &plan.table);
+    netns.run_on_thread(|| {
+        nft.apply(&doc, "replace")?;
+        // After the transaction: on a kernel with conntrack as a module the
+        // nf_conntrack sysctls appear only once a ct rule has loaded it.
+        sysctl::set_forwarding(netns, true, needs_ipv6)?;
+        timeouts.apply(netns)
+    })?
+}
+
+/// Delete the table, and turn forwarding in `netns` off again first (the
+/// pod must not stay a router once the drop-by-default chain is gone).
+/// Ok(false) when there was no such table: then nothing is touched.
+pub fn remove(netns: &Netns, table: &str, opts: &Options) -> Result<bool, Error> {
+    render::check_table_name(table)?;
+    let nft = nft::Nft::new(opts, netns, table);
+    netns.run_on_thread(|| {
+        if nft.list_table()?.is_none() {
+            return Ok(false);
+        }
+        sysctl::set_forwarding(netns, false, false)?;
+        nft.apply(&render::delete(table), "delete")?;
+        Ok(true)
+    })?
+}
+
+/// The counters of every forward in the table, by forward name.
+pub fn counters(
+    netns: &Netns,
+    table: &str,
+    opts: &Options,
+) -> Result<BTreeMap<String, FlowCounters>, Error> {
+    render::check_table_name(table)?;
+    let nft = nft::Nft::new(opts, netns, table);
+    let listing = netns.run_on_thread(|| nft.list_counters())??;
+    counters::parse(&listing).map_err(|reason| nft.parse_error(reason))
+}
+
+/// The table as `nft list table` prints it (text), or None when there is
+/// none: what an operator would compare, and what the tests compare.
+pub fn list_table(netns: &Netns, table: &str, opts: &Options) -> Result<Option<String>, Error> {
+    render::check_table_name(table)?;
+    let nft = nft::Nft::new(opts, netns, table);
+    netns.run_on_thread(|| nft.list_table())?
+}
