@@ -73,6 +73,16 @@ fn keepalive(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(v))
 }
 
+/// The kernel path's conntrack timeouts: whole seconds, 1..=86400.
+fn whole_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(n) if (1..=86_400).contains(&n) => Ok(Duration::from_secs(n)),
+        _ => Err(format!(
+            "{s:?} is not a whole number of seconds in 1..=86400"
+        )),
+    }
+}
+
 /// `--workers`: 1..=1024 threads.
 fn worker_count(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -225,6 +235,29 @@ pub struct RunArgs {
     /// process may use).
     #[arg(long, default_value_t = crate::workers::default_count(), value_parser = worker_count)]
     pub workers: usize,
+    /// The nft program the kernel path runs in pods' namespaces (a path, or
+    /// a name looked up in PATH).
+    #[arg(long, default_value = "nft")]
+    pub nft: PathBuf,
+    /// Kernel path: conntrack's TIME_WAIT timeout in the pod's namespace
+    /// (whole seconds; the kernel's default is 120).
+    #[arg(long, default_value = "30", value_parser = whole_secs)]
+    pub kernel_tcp_time_wait: Duration,
+    /// Kernel path: conntrack's UDP timeout in the pod's namespace (whole
+    /// seconds).
+    #[arg(long, default_value = "30", value_parser = whole_secs)]
+    pub kernel_udp_timeout: Duration,
+    /// Kernel path: conntrack's timeout of UDP flows that saw replies
+    /// (whole seconds).
+    #[arg(long, default_value = "60", value_parser = whole_secs)]
+    pub kernel_udp_stream_timeout: Duration,
+    /// Kernel path: warn in /status when the node's nf_conntrack_max is
+    /// below this (kube-proxy's --conntrack-min default).
+    #[arg(long, default_value = "131072", value_parser = clap::value_parser!(u64).range(0..=1 << 32))]
+    pub conntrack_min: u64,
+    /// Kernel path: how often the table's counters are read (seconds).
+    #[arg(long, default_value = "5", value_parser = period)]
+    pub kernel_counters_interval: Duration,
     /// A connection to the status endpoint is closed this long after it was
     /// accepted, whatever it is doing (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
@@ -232,6 +265,16 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// How the kernel path runs nft and tunes conntrack.
+    pub fn kernel_options(&self) -> edgelink_kernel_path::Options {
+        edgelink_kernel_path::Options {
+            nft: self.nft.clone(),
+            tcp_time_wait: self.kernel_tcp_time_wait,
+            udp_timeout: self.kernel_udp_timeout,
+            udp_stream_timeout: self.kernel_udp_stream_timeout,
+        }
+    }
+
     /// What a forward gets of these flags where it sets nothing itself.
     pub fn forward_defaults(&self) -> crate::model::ForwardDefaults {
         crate::model::ForwardDefaults {

@@ -8,6 +8,7 @@ use crate::config::RunArgs;
 use crate::factory::Factory;
 use crate::fds::{FdReserve, FD_RESERVE};
 use crate::forward::{self, PrivateSide, Shared};
+use crate::kernel::KernelForwards;
 use crate::model::{now, AttachmentStatus, ForwardRuntime, MalformedRecord, Status};
 use crate::workers::Workers;
 use edgelink_attachment::{Record, RecordError, RecordStore};
@@ -38,6 +39,8 @@ pub struct Attachment {
     /// How its sockets are made: kept to retry a forward whose listener
     /// failed. `None` when the netns could not be entered (`error`).
     sockets: Option<(Arc<Factory>, PrivateSide)>,
+    /// Its `"path": "kernel"` forwards' table, if it has any.
+    kernel: Option<Arc<KernelForwards>>,
 }
 
 impl Attachment {
@@ -52,6 +55,10 @@ impl Attachment {
         for t in self.tasks.into_iter().flatten() {
             let _ = t.await;
         }
+        // After its refresh task is gone: the table goes too.
+        if let Some(k) = &self.kernel {
+            k.remove().await;
+        }
     }
 
     /// The forwards whose listener failed (port taken, netns not ready):
@@ -62,7 +69,10 @@ impl Attachment {
             return Vec::new();
         }
         (0..self.forwards.len())
-            .filter(|&i| self.forwards[i].lock().listener == "failed")
+            .filter(|&i| {
+                self.forwards[i].spec.path.is_relay()
+                    && self.forwards[i].lock().listener == "failed"
+            })
             .collect()
     }
 
@@ -130,6 +140,8 @@ pub struct Daemon {
     pub changes: watch::Sender<u64>,
     /// One reconcile pass at a time.
     pass: tokio::sync::Mutex<()>,
+    /// What /status warns of (set by each pass).
+    warnings: Mutex<Vec<String>>,
 }
 
 impl Daemon {
@@ -158,6 +170,7 @@ impl Daemon {
             nudge: Notify::new(),
             changes: watch::channel(0).0,
             pass: tokio::sync::Mutex::new(()),
+            warnings: Mutex::new(Vec::new()),
         })
     }
 
@@ -205,6 +218,11 @@ impl Daemon {
             retired_links_deleted_total: self.reaped.load(Ordering::Relaxed),
             workers: self.shared.workers.len(),
             worker_replacements_total: self.shared.workers.replacements(),
+            warnings: self
+                .warnings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -374,10 +392,35 @@ impl Daemon {
         }
 
         self.gc_reservations();
+        changed |= self.check_conntrack();
         self.last_reconcile.store(now(), Ordering::Relaxed);
         if changed {
             self.changed();
         }
+    }
+
+    /// With a kernel-path forward on the node, whether the node's conntrack
+    /// table has room (`--conntrack-min`, 90% full): a warning in /status
+    /// when it does not. Returns whether the warnings changed.
+    fn check_conntrack(&self) -> bool {
+        let kernel = self.map().values().any(|a| a.kernel.is_some());
+        let now: Vec<String> = if kernel {
+            match edgelink_kernel_path::conntrack_headroom(self.args.conntrack_min) {
+                Ok(w) => w.into_iter().collect(),
+                Err(e) => vec![e.to_string()],
+            }
+        } else {
+            Vec::new()
+        };
+        let mut w = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        if *w == now {
+            return false;
+        }
+        for line in &now {
+            tracing::warn!(warning = %line, "kernel path");
+        }
+        *w = now;
+        true
     }
 
     /// Whether a netns path of `rec` that cannot be opened means the pod is
@@ -465,6 +508,11 @@ impl Daemon {
     /// listener failed; returns whether one came up.
     async fn retry_failed(&self, k: &Key) -> bool {
         let mut up = false;
+        // The kernel path's table is installed whole: again, if it failed.
+        let kernel = self.map().get(k).and_then(|a| a.kernel.clone());
+        if let Some(kf) = kernel.filter(|kf| kf.failed()) {
+            up |= kf.ensure().await;
+        }
         let failed = self.map().get(k).map(Attachment::failed_forwards);
         for i in failed.unwrap_or_default() {
             let restart = self
@@ -513,10 +561,21 @@ impl Daemon {
             stop,
             close,
             sockets: None,
+            kernel: None,
         };
         if a.forwards.is_empty() {
             return a;
         }
+        // The kernel path's own handle on the netns (the factory's thread
+        // keeps the other).
+        let kernel_ns = a
+            .forwards
+            .iter()
+            .any(|f| !f.spec.path.is_relay())
+            .then(|| Netns::open(ns.path()).ok())
+            .flatten()
+            .filter(|k| k.id().ok() == Some(netns_id))
+            .map(Arc::new);
         let factory = match Factory::start(
             ns,
             self.args.socket_pool as usize,
@@ -537,6 +596,27 @@ impl Daemon {
         for i in 0..a.forwards.len() {
             if let Some((ctx, _)) = a.restart_of(i, &self.shared) {
                 a.tasks[i] = forward::start(ctx).await;
+            }
+        }
+        if let Some(ns) = kernel_ns {
+            a.kernel = KernelForwards::new(&a.record, &a.forwards, ns, self.args.kernel_options())
+                .map(Arc::new);
+        }
+        if let Some(kf) = a.kernel.clone() {
+            kf.ensure().await;
+            let every = self.args.kernel_counters_interval;
+            let mut stop = a.close.subscribe();
+            let refresh = tokio::spawn(async move {
+                loop {
+                    kf.refresh().await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(every) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
+            });
+            if let Some(t) = a.tasks.first_mut() {
+                t.push(refresh);
             }
         }
         tracing::info!(container = %a.record.container_id, ifname = %a.record.ifname,

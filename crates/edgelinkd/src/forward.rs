@@ -9,7 +9,7 @@ use crate::model::ForwardRuntime;
 use crate::protect::Admission;
 use crate::sockopt;
 use crate::workers::Workers;
-use edgelink_attachment::{Protocol, Record};
+use edgelink_attachment::{ForwardPath, Protocol, Record};
 use edgelink_relay::{Counters, PipePool, TcpRelayConfig, UdpConfig};
 use ipnetwork::IpNetwork;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -95,6 +95,14 @@ pub struct Ctx {
 pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     let f = ctx.forward.clone();
     let spec = &f.spec;
+    if spec.path == ForwardPath::Kernel {
+        // Its table is the attachment's (crate::kernel); only the probe
+        // that keeps its reachability fresh runs here.
+        if spec.protocol == Protocol::Tcp && !ctx.shared.args.probe_interval.is_zero() {
+            return vec![tokio::spawn(probe_loop(ctx.clone_for()))];
+        }
+        return Vec::new();
+    }
     // The daemon checks allowedTargets again: the record is a file on disk.
     if !spec.target_allowed(&ctx.allowed) {
         f.set_listener("refused");

@@ -10,6 +10,7 @@ mod factory;
 mod fds;
 mod forward;
 mod http;
+mod kernel;
 #[cfg(test)]
 mod manifests;
 mod metrics;

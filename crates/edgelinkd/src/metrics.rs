@@ -99,6 +99,14 @@ pub fn render(d: &Daemon) -> String {
         ("queue_abandoned", "TCP clients that closed while waiting"),
         ("connect_retries", "Connects to the target tried again"),
         (
+            "packets_to_target",
+            "Kernel path: packets from clients to the target (nft counters)",
+        ),
+        (
+            "packets_to_client",
+            "Kernel path: packets from the target back to clients (nft counters)",
+        ),
+        (
             "idle_timeouts",
             "TCP connections reset because nothing moved for the idle timeout",
         ),
@@ -132,6 +140,7 @@ pub fn render(d: &Daemon) -> String {
                 ("network".into(), a.network.clone()),
                 ("forward".into(), f.name.clone()),
                 ("protocol".into(), f.protocol.clone()),
+                ("path".into(), f.path.clone()),
             ];
             let values = [
                 f.total_connections,
@@ -152,6 +161,8 @@ pub fn render(d: &Daemon) -> String {
                 f.queue_full_total,
                 f.queue_abandoned_total,
                 f.connect_retries_total,
+                f.packets_to_target.unwrap_or(0),
+                f.packets_to_client.unwrap_or(0),
                 f.idle_timeouts_total,
             ];
             for ((_, _, fam), v) in counters.iter().zip(values) {
@@ -211,6 +222,13 @@ pub fn render(d: &Daemon) -> String {
         "retired_links_deleted",
         "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
         reaped,
+    );
+    let warnings: Gauge = Gauge::default();
+    warnings.set(status.warnings.len() as i64);
+    reg.register(
+        "warnings",
+        "Warnings in /status (the node's conntrack table too small for the kernel path)",
+        warnings,
     );
     let workers: Gauge = Gauge::default();
     workers.set(status.workers as i64);

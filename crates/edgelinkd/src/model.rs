@@ -52,6 +52,9 @@ pub struct ForwardRuntime {
     pub rejected: AtomicU64,
     /// TCP: the device's protection (queue, retries, connect latency).
     pub protection: Protection,
+    /// The kernel path: packets each way, from the table's counters.
+    pub packets_to_target: AtomicU64,
+    pub packets_to_client: AtomicU64,
 }
 
 /// The daemon's defaults for what a forward does not set itself.
@@ -93,6 +96,8 @@ impl ForwardRuntime {
             idle_timeout: (!idle.is_zero()).then_some(idle),
             rejected: AtomicU64::new(0),
             protection: Protection::new(limits),
+            packets_to_target: AtomicU64::new(0),
+            packets_to_client: AtomicU64::new(0),
             spec,
             counters: Default::default(),
             state: Mutex::new(ForwardState {
@@ -133,7 +138,9 @@ impl ForwardRuntime {
         let c = &self.counters;
         let p = &self.protection;
         let l = &p.limits;
-        let tcp = self.spec.protocol == edgelink_attachment::Protocol::Tcp;
+        let kernel = self.spec.path == edgelink_attachment::ForwardPath::Kernel;
+        // The relay's bounds mean nothing to the kernel path.
+        let tcp = self.spec.protocol == edgelink_attachment::Protocol::Tcp && !kernel;
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let s = self.lock();
         ForwardStatus {
@@ -164,6 +171,8 @@ impl ForwardRuntime {
             queue_timeout_ms: tcp.then(|| millis(l.queue_timeout)),
             connect_retries: tcp.then_some(l.connect_retries),
             proxy_protocol: self.spec.proxy_protocol.map(|p| p.to_string()),
+            packets_to_target: kernel.then(|| Counters::get(&self.packets_to_target)),
+            packets_to_client: kernel.then(|| Counters::get(&self.packets_to_client)),
             target_connections: p.in_use(),
             queued: Counters::get(&p.queued),
             queued_total: Counters::get(&p.queued_total),
@@ -241,6 +250,12 @@ pub struct ForwardStatus {
     /// TCP: the PROXY protocol header sent to the target, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<String>,
+    /// The kernel path: packets from clients to the target (nft counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets_to_target: Option<u64>,
+    /// The kernel path: packets from the target back to clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets_to_client: Option<u64>,
     /// TCP: connections to the target now, when `maxConnections` bounds
     /// them (`activeConnections` also counts the clients waiting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -329,4 +344,8 @@ pub struct Status {
     /// Worker threads that died and were replaced.
     #[serde(default)]
     pub worker_replacements_total: u64,
+    /// What needs an operator's eye (the node's conntrack table too small
+    /// for the kernel path).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }

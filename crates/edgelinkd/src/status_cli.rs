@@ -135,6 +135,8 @@ mod tests {
             queue_timeout_ms: None,
             connect_retries: None,
             proxy_protocol: None,
+            packets_to_target: None,
+            packets_to_client: None,
             target_connections: None,
             queued: 0,
             queued_total: 0,
@@ -191,6 +193,7 @@ mod tests {
             retired_links_deleted_total: 0,
             workers: 1,
             worker_replacements_total: 0,
+            warnings: vec![],
         };
         let t = table(&s);
         let lines: Vec<&str> = t.lines().collect();
