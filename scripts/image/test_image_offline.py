@@ -4,12 +4,17 @@ Builds the archive from the static binaries (`make static`) and checks what
 `ctr images import` and the DaemonSet rely on: the layout, every digest and
 size, the name, the files at the paths daemonset/daemonset.yaml runs with
 their modes, /bin/sh and the applets install-cni.sh uses, /var/run -> /run,
-binaries without an ELF interpreter, and the same digest from a second build.
+binaries without an ELF interpreter, nft (--nft /usr/sbin/nft) with its ELF
+interpreter and every library ldd lists, nft running from the unpacked
+layer (chroot), and the same digest from a second build.
 
     python3 -m unittest discover -s scripts/image -p 'test_*.py'   (make test)
 
-Skipped, with one line saying why, when busybox-static or the static
-binaries are missing.
+EDGELINKD, PLUGIN, OPERATOR, BUSYBOX and NFT name other inputs, as for
+scripts/image-offline.sh (any static binary stands in for the first
+three). Skipped, with one line saying why, when busybox-static, nftables
+or the static binaries are missing; the chroot check alone is skipped when
+not root or without chroot(8).
 """
 
 import gzip
@@ -18,6 +23,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,6 +32,7 @@ import unittest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUSYBOX = os.environ.get("BUSYBOX", "/bin/busybox")
+NFT = os.environ.get("NFT", "/usr/sbin/nft")
 PT_INTERP = 3
 
 
@@ -39,8 +46,8 @@ def version():
         return re.search(r'^version = "(.*)"$', f.read(), re.M).group(1)
 
 
-def has_interp(data):
-    """Whether an ELF64 little-endian image has a PT_INTERP program header."""
+def interp(data):
+    """The PT_INTERP path of an ELF64 little-endian image, or None."""
     assert data[:4] == b"\x7fELF", "not an ELF file"
     phoff = int.from_bytes(data[32:40], "little")
     phentsize = int.from_bytes(data[54:56], "little")
@@ -48,8 +55,21 @@ def has_interp(data):
     for i in range(phnum):
         off = phoff + i * phentsize
         if int.from_bytes(data[off : off + 4], "little") == PT_INTERP:
-            return True
-    return False
+            p_offset = int.from_bytes(data[off + 8 : off + 16], "little")
+            p_filesz = int.from_bytes(data[off + 32 : off + 40], "little")
+            return data[p_offset : p_offset + p_filesz].rstrip(b"\0").decode()
+    return None
+
+
+def has_interp(data):
+    """Whether an ELF64 little-endian image has a PT_INTERP program header."""
+    return interp(data) is not None
+
+
+def ldd(path):
+    """The files `ldd path` says the program loads (interpreter included)."""
+    out = subprocess.run(["ldd", path], capture_output=True, text=True, check=True).stdout
+    return sorted(set(re.findall(r"^\s*(?:\S+ => )?(/\S+) \(0x", out, re.M)))
 
 
 def sha256(data):
@@ -62,14 +82,27 @@ def why_skip():
     with open(BUSYBOX, "rb") as f:
         if has_interp(f.read()):
             return f"{BUSYBOX} is not static (Debian's busybox-static provides a static one)"
-    rel = os.path.join(REPO, "target", host_triple(), "release")
-    for b in ("edgelink", "edgelinkd"):
-        if not os.path.isfile(os.path.join(rel, b)):
-            return f"{rel}/{b} missing (make static)"
-    op = os.path.join(REPO, "target", host_triple(), "operator", "edgelink-operator")
-    if not os.path.isfile(op):
-        return f"{op} missing (make static-operator)"
+    if not os.access(NFT, os.X_OK):
+        return f"{NFT} missing (apt-get install nftables, or scripts/install-deps.sh test)"
+    if shutil.which("ldd") is None:
+        return "ldd missing (libc-bin)"
+    for path, make in BINARIES:
+        if not os.path.isfile(path):
+            return f"{path} missing ({make})"
     return None
+
+
+def _binaries():
+    rel = os.path.join(REPO, "target", host_triple(), "release")
+    op = os.path.join(REPO, "target", host_triple(), "operator", "edgelink-operator")
+    return [
+        (os.environ.get("EDGELINKD", os.path.join(rel, "edgelinkd")), "make static"),
+        (os.environ.get("PLUGIN", os.path.join(rel, "edgelink")), "make static"),
+        (os.environ.get("OPERATOR", op), "make static-operator"),
+    ]
+
+
+BINARIES = _binaries()
 
 
 SKIP = why_skip()
@@ -168,6 +201,66 @@ class OfflineImage(unittest.TestCase):
             with open(os.path.join(REPO, "daemonset", part)) as f:
                 images = re.findall(r"^\s+image: (\S+)$", f.read(), re.M)
             self.assertEqual(set(images), {f"edgelink:{version()}"}, part)
+
+    def test_layer_has_nft_and_exactly_what_it_loads(self):
+        """--nft /usr/sbin/nft (daemonset.yaml): the host's nft, its ELF
+        interpreter and each library ldd lists, at the path ldd gives, with
+        the host's bytes; and no other shared object in the image."""
+        with tarfile.open(fileobj=io.BytesIO(self.layer())) as t:
+            members = {m.name: m for m in t.getmembers()}
+            nft = members.get("usr/sbin/nft")
+            self.assertIsNotNone(nft, "usr/sbin/nft")
+            self.assertTrue(nft.isfile())
+            self.assertEqual(nft.mode, 0o755)
+            with open(NFT, "rb") as f:
+                self.assertEqual(t.extractfile(nft).read(), f.read())
+            loader = interp(t.extractfile(nft).read())
+            self.assertIsNotNone(loader, "nft has no ELF interpreter")
+            wanted = ldd(NFT)
+            self.assertIn(loader, wanted)
+            for soname in ("libnftables.so.1", "libc.so.6"):
+                self.assertTrue(any(p.endswith("/" + soname) for p in wanted), f"ldd lists no {soname}")
+            for path in wanted:
+                m = members.get(path.lstrip("/"))
+                self.assertIsNotNone(m, f"{path}: nft loads it, the image lacks it")
+                self.assertTrue(m.isfile(), f"{path}: a regular file, links resolved")
+                self.assertEqual(m.mode, 0o755 if path == loader else 0o644, path)
+                with open(path, "rb") as f:
+                    self.assertEqual(t.extractfile(m).read(), f.read(), path)
+            shared = {
+                "/" + n for n, m in members.items() if m.isfile() and re.search(r"\.so(\.\d+)*$", n)
+            }
+            self.assertEqual(shared, set(wanted), "shared objects nft does not load")
+
+    def test_nft_runs_from_the_unpacked_layer(self):
+        """nft starts with only the image's files (chroot), and talks to the
+        kernel: `nft -j list ruleset` in a network namespace of its own."""
+        if os.geteuid() != 0:
+            self.skipTest("chroot needs root")
+        for tool in ("chroot", "tar", "unshare"):
+            if shutil.which(tool) is None:
+                self.skipTest(f"{tool} missing")
+        with tempfile.TemporaryDirectory(dir=self.tmp.name) as d:
+            layer = os.path.join(d, "layer.tar")
+            with open(layer, "wb") as f:
+                f.write(self.layer())
+            root = os.path.join(d, "rootfs")
+            os.mkdir(root)
+            subprocess.run(["tar", "-xf", layer, "-C", root], check=True)
+            out = subprocess.run(
+                ["chroot", root, "/usr/sbin/nft", "--version"], capture_output=True, text=True
+            )
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertTrue(out.stdout.startswith("nftables v"), out.stdout)
+            out = subprocess.run(
+                ["unshare", "--net", "chroot", root, "/usr/sbin/nft", "-j", "list", "ruleset"],
+                capture_output=True,
+                text=True,
+            )
+            if out.returncode != 0 and "unshare" in out.stderr:
+                self.skipTest(f"no network namespace for the nft check: {out.stderr.strip()}")
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn('"nftables"', out.stdout)
 
     def test_same_inputs_same_digest(self):
         with open(self.archives[0], "rb") as a, open(self.archives[1], "rb") as b:

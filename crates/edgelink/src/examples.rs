@@ -258,3 +258,118 @@ fn the_operators_nad_of_the_example_device_is_a_valid_config() {
         assert_eq!(forward_ports(&conf).len(), 3, "{conf}");
     }
 }
+
+/// The example Device with every forward key edgelink-operator passes on:
+/// api relayed with a bound, a queue timeout, retries and PROXY v2; telemetry
+/// (UDP) on the kernel path; http with PROXY v1.
+fn device_with_every_port_key() -> edgelink_operator::crd::Device {
+    use edgelink_operator::crd::{ForwardPath, ProxyProtocol};
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("cni-conf/device01-01.yaml")).unwrap();
+    let mut d: edgelink_operator::crd::Device = serde_norway::from_str(&text).unwrap();
+    let api = &mut d.spec.ports[0];
+    api.max_connections = Some(64);
+    api.queue_timeout_ms = Some(5000);
+    api.connect_retries = Some(3);
+    api.proxy_protocol = Some(ProxyProtocol::V2);
+    api.path = Some(ForwardPath::Relay);
+    d.spec.ports[1].path = Some(ForwardPath::Kernel);
+    d.spec.ports[2].proxy_protocol = Some(ProxyProtocol::V1);
+    d
+}
+
+/// The plugin's Config of the NAD the operator renders for `d` on kedge1.
+fn parse_operators_nad(
+    d: &edgelink_operator::crd::Device,
+) -> Result<Config, crate::error::PluginError> {
+    use edgelink_operator::crd::EdgeNetwork;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
+    let net: EdgeNetwork = serde_norway::from_str(&text).unwrap();
+    let mut conf = edgelink_operator::render::cni_config(d, &net, "kedge1");
+    conf["ipam"]["nodeName"] = Value::String("kedge1".into());
+    Config::parse(NetConf::parse(conf.to_string().as_bytes())?, &add_env())
+}
+
+/// A Device using every port key the operator has renders a NAD the plugin
+/// accepts, and each key reaches the record's forward as it was given.
+#[test]
+fn the_operators_nad_with_every_port_key_is_a_valid_config() {
+    use edgelink_attachment::{ForwardPath, ProxyProtocol};
+    let d = device_with_every_port_key();
+    assert_eq!(edgelink_operator::validate::device(&d), Ok(()));
+    let cfg = parse_operators_nad(&d).unwrap_or_else(|e| panic!("{}", e.into_cni()));
+    let [api, telemetry, http] = &cfg.forwards[..] else {
+        panic!("{:?}", cfg.forwards);
+    };
+    assert_eq!(
+        (
+            api.max_connections,
+            api.queue_timeout_ms,
+            api.connect_retries,
+            api.proxy_protocol,
+            api.path
+        ),
+        (
+            Some(64),
+            Some(5000),
+            Some(3),
+            Some(ProxyProtocol::V2),
+            ForwardPath::Relay
+        )
+    );
+    assert_eq!(telemetry.path, ForwardPath::Kernel);
+    assert_eq!(
+        (http.proxy_protocol, http.path, http.connect_timeout_ms),
+        (Some(ProxyProtocol::V1), ForwardPath::Relay, 2000)
+    );
+}
+
+/// The operator's schema bounds are the plugin's, and what its controller
+/// refuses in a Device's ports is what the plugin would refuse at ADD (and
+/// nothing it would accept).
+#[test]
+fn the_operator_refuses_the_port_keys_the_plugin_refuses() {
+    use crate::config::{MAX_CONNECTIONS, MAX_CONNECT_RETRIES, MAX_QUEUE_TIMEOUT_MS};
+    use edgelink_operator::crd::{self, ForwardPath, ProxyProtocol};
+    assert_eq!(u64::from(crd::MAX_CONNECTIONS), MAX_CONNECTIONS);
+    assert_eq!(u64::from(crd::MAX_QUEUE_TIMEOUT_MS), MAX_QUEUE_TIMEOUT_MS);
+    assert_eq!(u64::from(crd::MAX_CONNECT_RETRIES), MAX_CONNECT_RETRIES);
+    type Edit = fn(&mut crd::DevicePort);
+    let keys: [(&str, Edit); 4] = [
+        ("maxConnections", |p| p.max_connections = Some(8)),
+        ("queueTimeoutMs", |p| p.queue_timeout_ms = Some(1000)),
+        ("connectRetries", |p| p.connect_retries = Some(1)),
+        ("proxyProtocol", |p| {
+            p.proxy_protocol = Some(ProxyProtocol::V1)
+        }),
+    ];
+    // Port 0 is api (TCP), port 1 telemetry (UDP).
+    for (key, set) in keys {
+        for (port, path, valid) in [
+            (0, None, true),
+            (0, Some(ForwardPath::Relay), true),
+            (0, Some(ForwardPath::Kernel), false),
+            (1, None, false),
+            (1, Some(ForwardPath::Kernel), false),
+        ] {
+            let mut d = device_with_every_port_key();
+            for p in &mut d.spec.ports {
+                (p.max_connections, p.queue_timeout_ms, p.connect_retries) = (None, None, None);
+                (p.proxy_protocol, p.path) = (None, None);
+            }
+            set(&mut d.spec.ports[port]);
+            d.spec.ports[port].path = path;
+            let case = format!("{key} on ports[{port}] with path {path:?}");
+            let operator = edgelink_operator::validate::device(&d);
+            let plugin = parse_operators_nad(&d);
+            assert_eq!(operator.is_ok(), valid, "operator: {case}: {operator:?}");
+            assert_eq!(
+                plugin.is_ok(),
+                valid,
+                "plugin: {case}: {:?}",
+                plugin.err().map(|e| e.into_cni())
+            );
+        }
+    }
+}

@@ -198,6 +198,35 @@ fn the_init_container_installs_the_plugin_into_the_hosts_cni_bin() {
 }
 
 #[test]
+fn the_daemonset_runs_the_nft_the_image_carries() {
+    let ds = daemonset();
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = container(pod, "containers", "edgelinkd");
+    let mut argv = strings(&c["command"]);
+    argv.extend(strings(&c["args"]));
+    let Command::Run(args) = Cli::try_parse_from(&argv).unwrap().command else {
+        panic!("{argv:?} is not `edgelinkd run`");
+    };
+    // A path, not a name looked up in PATH (the kernel path runs it in
+    // every pod's netns), at which both images put nft.
+    let nft = args.nft.to_str().unwrap();
+    assert!(args.nft.is_absolute(), "--nft={nft}: name it by path");
+    let dockerfile = std::fs::read_to_string(repo().join("daemonset/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("nftables") && dockerfile.contains(&format!("{nft} --version")),
+        "the Dockerfile installs no nft at {nft}"
+    );
+    let offline = std::fs::read_to_string(repo().join("scripts/image-offline.sh")).unwrap();
+    assert!(
+        offline.contains(&format!("\"$root{nft}\"")),
+        "scripts/image-offline.sh puts no nft at {nft}"
+    );
+    // nft needs CAP_NET_ADMIN in the pod's netns.
+    let caps = strings(&c["securityContext"]["capabilities"]["add"]);
+    assert!(caps.iter().any(|c| c == "NET_ADMIN"), "{caps:?}");
+}
+
+#[test]
 fn install_yaml_is_the_manifests_concatenated() {
     let dir = repo().join("daemonset");
     let mut parts = Vec::new();

@@ -37,6 +37,23 @@ fn macvlan_mode_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// As [`macvlan_mode_schema`]: no `null` in the enum.
+fn proxy_protocol_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "description": "PROXY protocol version: v1 or v2.",
+        "enum": ["v1", "v2"]
+    })
+}
+
+fn forward_path_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "description": "relay or kernel (default relay).",
+        "enum": ["relay", "kernel"]
+    })
+}
+
 fn cidr_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "string",
@@ -182,6 +199,77 @@ pub struct DevicePort {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 600000))]
     pub connect_timeout_ms: Option<u32>,
+    /// TCP, relay only: at most this many connections to the device at
+    /// once; later clients wait in a queue, first come first served
+    /// (plugin `maxConnections`; default edgelinkd's
+    /// --forward-max-connections, no bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_CONNECTIONS))]
+    pub max_connections: Option<u32>,
+    /// TCP, relay only: how long a client may wait for a place under
+    /// maxConnections (plugin `queueTimeoutMs`; default edgelinkd's
+    /// --queue-timeout, 30 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_QUEUE_TIMEOUT_MS))]
+    pub queue_timeout_ms: Option<u32>,
+    /// TCP, relay only: connects to the device tried again after a timeout
+    /// or a refusal (plugin `connectRetries`; default edgelinkd's
+    /// --connect-retries, 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_CONNECT_RETRIES))]
+    pub connect_retries: Option<u32>,
+    /// TCP, relay only: send the device a PROXY protocol header with the
+    /// client's address, v1 (text) or v2 (binary) (plugin `proxyProtocol`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "proxy_protocol_schema")]
+    pub proxy_protocol: Option<ProxyProtocol>,
+    /// relay (edgelinkd relays each connection or datagram) or kernel
+    /// (nftables DNAT in the proxy pod's namespace, without the relay-only
+    /// maxConnections, queueTimeoutMs, connectRetries and proxyProtocol)
+    /// (plugin `path`; default relay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "forward_path_schema")]
+    pub path: Option<ForwardPath>,
+}
+
+/// `ports[].maxConnections` at most, as the plugin's.
+pub const MAX_CONNECTIONS: u32 = 1_000_000;
+/// `ports[].queueTimeoutMs` at most, as the plugin's: ten minutes.
+pub const MAX_QUEUE_TIMEOUT_MS: u32 = 600_000;
+/// `ports[].connectRetries` at most, as the plugin's.
+pub const MAX_CONNECT_RETRIES: u32 = 10;
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    V1,
+    V2,
+}
+
+impl ProxyProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyProtocol::V1 => "v1",
+            ProxyProtocol::V2 => "v2",
+        }
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ForwardPath {
+    #[default]
+    Relay,
+    Kernel,
+}
+
+impl ForwardPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForwardPath::Relay => "relay",
+            ForwardPath::Kernel => "kernel",
+        }
+    }
 }
 
 impl DevicePort {

@@ -218,8 +218,22 @@ pub fn cni_config(d: &Device, net: &EdgeNetwork, node: &str) -> Value {
                 "port": p.port,
                 "target": target(&d.spec.address, p.target_port()),
             });
-            if let Some(t) = p.connect_timeout_ms {
-                f["connectTimeoutMs"] = json!(t);
+            let fo = f.as_object_mut().expect("an object");
+            for (k, v) in [
+                ("connectTimeoutMs", p.connect_timeout_ms),
+                ("maxConnections", p.max_connections),
+                ("queueTimeoutMs", p.queue_timeout_ms),
+                ("connectRetries", p.connect_retries),
+            ] {
+                if let Some(v) = v {
+                    fo.insert(k.into(), json!(v));
+                }
+            }
+            if let Some(pp) = p.proxy_protocol {
+                fo.insert("proxyProtocol".into(), json!(pp.as_str()));
+            }
+            if let Some(path) = p.path {
+                fo.insert("path".into(), json!(path.as_str()));
             }
             f
         })
@@ -278,13 +292,21 @@ fn statefulset(d: &Device, node: &str, hash: &str, settings: &ProxyPodSettings) 
         }),
         ..Default::default()
     };
-    // Ready once edgelinkd listens in the pod: the first TCP port (a UDP
-    // listener cannot be probed from the kubelet).
-    let readiness_probe = d
-        .spec
-        .ports
-        .iter()
-        .find(|p| p.protocol == crate::crd::Protocol::Tcp)
+    // Ready once edgelinkd listens in the pod: the first relayed TCP port
+    // (a UDP listener cannot be probed from the kubelet). A kernel-path
+    // port has no listener: the probe's connection is DNATed to the
+    // device, so only when every TCP port is on the kernel path is the
+    // first of them probed (ready once the table is installed and the
+    // device accepts).
+    let tcp = || {
+        d.spec
+            .ports
+            .iter()
+            .filter(|p| p.protocol == crate::crd::Protocol::Tcp)
+    };
+    let readiness_probe = tcp()
+        .find(|p| p.path != Some(crate::crd::ForwardPath::Kernel))
+        .or_else(|| tcp().next())
         .map(|p| Probe {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::Int(p.port as i32),
@@ -443,6 +465,48 @@ mod tests {
     }
 
     #[test]
+    fn the_relay_keys_and_the_path_go_into_the_forwards_as_the_plugin_spells_them() {
+        use crate::crd::{ForwardPath, ProxyProtocol};
+        let mut d = device();
+        let api = &mut d.spec.ports[0];
+        api.max_connections = Some(64);
+        api.queue_timeout_ms = Some(5000);
+        api.connect_retries = Some(3);
+        api.proxy_protocol = Some(ProxyProtocol::V2);
+        api.path = Some(ForwardPath::Relay);
+        d.spec.ports[1].path = Some(ForwardPath::Kernel);
+        d.spec.ports[2].proxy_protocol = Some(ProxyProtocol::V1);
+        let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default());
+        let c: Value = serde_json::from_str(&r.nad.spec.config).unwrap();
+        assert_eq!(
+            c["forwards"],
+            json!([
+                {"name": "api", "protocol": "tcp", "port": 8080, "target": "172.17.16.120:8080",
+                 "maxConnections": 64, "queueTimeoutMs": 5000, "connectRetries": 3,
+                 "proxyProtocol": "v2", "path": "relay"},
+                {"name": "telemetry", "protocol": "udp", "port": 5000, "target": "172.17.16.120:5000", "path": "kernel"},
+                {"name": "http", "protocol": "tcp", "port": 80, "target": "172.17.16.120:80", "connectTimeoutMs": 2000,
+                 "proxyProtocol": "v1"}
+            ])
+        );
+        // A new key replaces the pod, whose forwards are fixed at ADD.
+        assert_ne!(
+            config_hash(&r.nad.spec.config),
+            config_hash(
+                &render(
+                    &device(),
+                    &network(),
+                    "kedge1",
+                    &ProxyPodSettings::default()
+                )
+                .nad
+                .spec
+                .config
+            )
+        );
+    }
+
+    #[test]
     fn every_object_is_owned_by_the_device_and_labelled() {
         let d = device();
         let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default());
@@ -549,6 +613,29 @@ mod tests {
         let c: Value = serde_json::from_str(&r.nad.spec.config).unwrap();
         assert_eq!(c["forwards"][0]["target"], "[fd00:17::120]:5001");
         assert_eq!(c["allowedTargets"], json!(["fd00:17::120/128"]));
+    }
+
+    #[test]
+    fn the_probe_prefers_a_relayed_tcp_port_to_a_kernel_path_one() {
+        use crate::crd::ForwardPath;
+        let probe_port = |d: &Device| {
+            render(d, &network(), "kedge1", &ProxyPodSettings::default())
+                .statefulset
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .containers[0]
+                .readiness_probe
+                .as_ref()
+                .map(|p| p.tcp_socket.as_ref().unwrap().port.clone())
+        };
+        let mut d = device();
+        d.spec.ports[0].path = Some(ForwardPath::Kernel);
+        assert_eq!(probe_port(&d), Some(IntOrString::Int(80)));
+        d.spec.ports[2].path = Some(ForwardPath::Kernel);
+        assert_eq!(probe_port(&d), Some(IntOrString::Int(8080)));
     }
 
     #[test]

@@ -1,11 +1,15 @@
 //! What the CRD schema of Kubernetes 1.20 cannot check and the controller
 //! does before it makes anything: cross-field rules, the Device's name as
 //! a Service name, the network's ranges on the device's node, the device's
-//! address against them. A failed check is reported in the Device's status
+//! address against them, the relay-only port keys against the port's
+//! protocol and path. A failed check is reported in the Device's status
 //! (`Reconciled` False, reason `InvalidSpec` or `InvalidNetwork`) and
 //! nothing is applied.
 
-use crate::crd::{Device, EdgeNetwork, Mode};
+use crate::crd::{
+    Device, DevicePort, EdgeNetwork, ForwardPath, Mode, Protocol, MAX_CONNECTIONS,
+    MAX_CONNECT_RETRIES, MAX_QUEUE_TIMEOUT_MS,
+};
 use ipnetwork::IpNetwork;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -90,11 +94,62 @@ pub fn device(d: &Device) -> Result<(), Invalid> {
                 ));
             }
         }
+        relay_keys(i, port, &mut p);
     }
     if d.spec.ports.is_empty() {
         p.push("spec.ports: at least one port is required".into());
     }
     finish(p)
+}
+
+/// The relay's TCP keys of one port: in range, on a TCP port, and not on
+/// the kernel path (which has no connection of its own to bound, queue,
+/// retry or prefix), as the plugin refuses them at ADD.
+fn relay_keys(i: usize, port: &DevicePort, p: &mut Vec<String>) {
+    let set = [
+        ("maxConnections", port.max_connections.is_some()),
+        ("queueTimeoutMs", port.queue_timeout_ms.is_some()),
+        ("connectRetries", port.connect_retries.is_some()),
+        ("proxyProtocol", port.proxy_protocol.is_some()),
+    ];
+    for (key, is_set) in set {
+        if !is_set {
+            continue;
+        }
+        if port.protocol != Protocol::Tcp {
+            p.push(format!(
+                "spec.ports[{i}].{key}: is only valid with protocol tcp ({} is {})",
+                port.name,
+                port.protocol.as_str()
+            ));
+        }
+        if port.path == Some(ForwardPath::Kernel) {
+            p.push(format!(
+                "spec.ports[{i}].{key}: needs the relay: it cannot be set with path kernel ({})",
+                port.name
+            ));
+        }
+    }
+    let ranges = [
+        ("maxConnections", port.max_connections, 1, MAX_CONNECTIONS),
+        (
+            "queueTimeoutMs",
+            port.queue_timeout_ms,
+            1,
+            MAX_QUEUE_TIMEOUT_MS,
+        ),
+        (
+            "connectRetries",
+            port.connect_retries,
+            0,
+            MAX_CONNECT_RETRIES,
+        ),
+    ];
+    for (key, v, min, max) in ranges {
+        if let Some(v) = v.filter(|v| !(min..=max).contains(v)) {
+            p.push(format!("spec.ports[{i}].{key}: {v} is not in {min}..{max}"));
+        }
+    }
 }
 
 fn is_unicast(a: IpAddr) -> bool {
@@ -287,7 +342,7 @@ pub fn placement(d: &Device, n: &EdgeNetwork, node: &str) -> Result<(), Invalid>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{DevicePort, MacvlanMode, Protocol};
+    use crate::crd::{MacvlanMode, ProxyProtocol};
 
     fn problems(r: Result<(), Invalid>) -> String {
         r.err().map(|e| e.to_string()).unwrap_or_default()
@@ -326,6 +381,11 @@ mod tests {
             target_port: None,
             app_protocol: None,
             connect_timeout_ms: None,
+            max_connections: None,
+            queue_timeout_ms: None,
+            connect_retries: None,
+            proxy_protocol: None,
+            path: None,
         });
         d.spec.address = "224.0.0.1".into();
         let p = problems(device(&d));
@@ -336,6 +396,62 @@ mod tests {
         assert!(p.contains("224.0.0.1 is not a unicast address"), "{p}");
         d.spec.node_selector = Some([("a".to_string(), "b".to_string())].into());
         assert!(problems(device(&d)).contains("not both"));
+    }
+
+    #[test]
+    fn the_relay_keys_are_valid_on_a_relayed_tcp_port() {
+        let mut d = crate::fixtures::device();
+        let api = &mut d.spec.ports[0];
+        api.max_connections = Some(MAX_CONNECTIONS);
+        api.queue_timeout_ms = Some(MAX_QUEUE_TIMEOUT_MS);
+        api.connect_retries = Some(0);
+        api.proxy_protocol = Some(ProxyProtocol::V2);
+        api.path = Some(ForwardPath::Relay);
+        d.spec.ports[1].path = Some(ForwardPath::Kernel);
+        d.spec.ports[2].path = Some(ForwardPath::Kernel);
+        assert_eq!(device(&d), Ok(()));
+    }
+
+    #[test]
+    fn the_relay_keys_are_refused_on_the_kernel_path_and_on_udp() {
+        let mut d = crate::fixtures::device();
+        let api = &mut d.spec.ports[0];
+        api.path = Some(ForwardPath::Kernel);
+        api.max_connections = Some(10);
+        api.proxy_protocol = Some(ProxyProtocol::V1);
+        let telemetry = &mut d.spec.ports[1];
+        telemetry.proxy_protocol = Some(ProxyProtocol::V2);
+        telemetry.queue_timeout_ms = Some(1000);
+        telemetry.connect_retries = Some(3);
+        let p = problems(device(&d));
+        for want in [
+            "spec.ports[0].maxConnections: needs the relay: it cannot be set with path kernel (api)",
+            "spec.ports[0].proxyProtocol: needs the relay: it cannot be set with path kernel (api)",
+            "spec.ports[1].proxyProtocol: is only valid with protocol tcp (telemetry is udp)",
+            "spec.ports[1].queueTimeoutMs: is only valid with protocol tcp (telemetry is udp)",
+            "spec.ports[1].connectRetries: is only valid with protocol tcp (telemetry is udp)",
+        ] {
+            assert!(p.contains(want), "{want}\n in {p}");
+        }
+        assert_eq!(p.matches("spec.ports").count(), 5, "{p}");
+        // Out of the plugin's ranges (the schema says so too).
+        let mut d = crate::fixtures::device();
+        d.spec.ports[0].max_connections = Some(0);
+        d.spec.ports[0].queue_timeout_ms = Some(MAX_QUEUE_TIMEOUT_MS + 1);
+        d.spec.ports[0].connect_retries = Some(11);
+        let p = problems(device(&d));
+        assert!(
+            p.contains("spec.ports[0].maxConnections: 0 is not in 1..1000000"),
+            "{p}"
+        );
+        assert!(
+            p.contains("spec.ports[0].queueTimeoutMs: 600001 is not in 1..600000"),
+            "{p}"
+        );
+        assert!(
+            p.contains("spec.ports[0].connectRetries: 11 is not in 0..10"),
+            "{p}"
+        );
     }
 
     #[test]

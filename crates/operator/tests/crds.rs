@@ -38,6 +38,23 @@ fn the_device_schema_carries_the_plugins_rules() {
         assert_eq!(port["properties"][f]["minimum"], 1.0, "{f}");
         assert_eq!(port["properties"][f]["maximum"], 65535.0, "{f}");
     }
+    for (f, min, max) in [
+        ("connectTimeoutMs", 1.0, 600000.0),
+        ("maxConnections", 1.0, 1000000.0),
+        ("queueTimeoutMs", 1.0, 600000.0),
+        ("connectRetries", 0.0, 10.0),
+    ] {
+        assert_eq!(port["properties"][f]["minimum"], min, "{f}");
+        assert_eq!(port["properties"][f]["maximum"], max, "{f}");
+    }
+    assert_eq!(
+        port["properties"]["proxyProtocol"]["enum"],
+        serde_json::json!(["v1", "v2"])
+    );
+    assert_eq!(
+        port["properties"]["path"]["enum"],
+        serde_json::json!(["relay", "kernel"])
+    );
     assert_eq!(
         port["required"],
         serde_json::json!(["name", "port", "protocol"])
