@@ -239,6 +239,13 @@ pub struct RunArgs {
     /// a name looked up in PATH).
     #[arg(long, default_value = "nft")]
     pub nft: PathBuf,
+    /// Kernel path: where the pods' net sysctls (ip_forward, conntrack
+    /// timeouts) are written. A container's /proc/sys is read-only: the
+    /// DaemonSet mounts the node's /proc/sys/net read-write at
+    /// /host/proc/sys/net (a thread inside a pod's namespace sees that
+    /// namespace's values through it).
+    #[arg(long, default_value = "/proc/sys/net", value_parser = absolute)]
+    pub proc_sys_net: PathBuf,
     /// Kernel path: conntrack's TIME_WAIT timeout in the pod's namespace
     /// (whole seconds; the kernel's default is 120).
     #[arg(long, default_value = "30", value_parser = whole_secs)]
@@ -272,6 +279,7 @@ impl RunArgs {
             tcp_time_wait: self.kernel_tcp_time_wait,
             udp_timeout: self.kernel_udp_timeout,
             udp_stream_timeout: self.kernel_udp_stream_timeout,
+            proc_sys_net: self.proc_sys_net.clone(),
         }
     }
 

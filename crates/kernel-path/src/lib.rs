@@ -78,6 +78,11 @@ pub struct Options {
     pub udp_timeout: Duration,
     /// net.netfilter.nf_conntrack_udp_timeout_stream (whole seconds).
     pub udp_stream_timeout: Duration,
+    /// Where the net sysctls are written: /proc/sys/net, or a read-write
+    /// bind mount of it (a container's /proc/sys is read-only; a thread
+    /// inside the pod's namespace sees that namespace's values through the
+    /// mount too).
+    pub proc_sys_net: PathBuf,
 }
 
 impl Default for Options {
@@ -87,6 +92,7 @@ impl Default for Options {
             tcp_time_wait: Duration::from_secs(30),
             udp_timeout: Duration::from_secs(30),
             udp_stream_timeout: Duration::from_secs(60),
+            proc_sys_net: PathBuf::from("/proc/sys/net"),
         }
     }
 }
@@ -143,10 +149,10 @@ pub enum Error {
         table: String,
         reason: String,
     },
-    #[error("cannot set {path} to {value} in {netns}: {source}")]
+    #[error("cannot set {} to {value} in {netns}: {source}", path.display())]
     SetSysctl {
         netns: PathBuf,
-        path: &'static str,
+        path: PathBuf,
         value: String,
         source: io::Error,
     },
@@ -171,7 +177,7 @@ pub fn ensure(netns: &Netns, plan: &Plan, opts: &Options) -> Result<(), Error> {
         nft.apply(&doc, "replace")?;
         // After the transaction: on a kernel with conntrack as a module the
         // nf_conntrack sysctls appear only once a ct rule has loaded it.
-        sysctl::set_forwarding(netns, true, needs_ipv6)?;
+        sysctl::set_forwarding(netns, &opts.proc_sys_net, true, needs_ipv6)?;
         timeouts.apply(netns)
     })?
 }
@@ -186,7 +192,7 @@ pub fn remove(netns: &Netns, table: &str, opts: &Options) -> Result<bool, Error>
         if nft.list_table()?.is_none() {
             return Ok(false);
         }
-        sysctl::set_forwarding(netns, false, false)?;
+        sysctl::set_forwarding(netns, &opts.proc_sys_net, false, false)?;
         nft.apply(&render::delete(table), "delete")?;
         Ok(true)
     })?

@@ -9,17 +9,22 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub(crate) const IPV4_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
-pub(crate) const IPV6_FORWARDING: &str = "/proc/sys/net/ipv6/conf/all/forwarding";
-pub(crate) const TCP_TIME_WAIT: &str = "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait";
-pub(crate) const UDP_TIMEOUT: &str = "/proc/sys/net/netfilter/nf_conntrack_udp_timeout";
-pub(crate) const UDP_STREAM_TIMEOUT: &str =
-    "/proc/sys/net/netfilter/nf_conntrack_udp_timeout_stream";
+// Under `Options::proc_sys_net` (/proc/sys/net, or a bind mount of it: a
+// container's own /proc/sys is read-only, and a thread inside the pod's
+// namespace still sees that namespace's values through the mount).
+pub(crate) const IPV4_FORWARD: &str = "ipv4/ip_forward";
+pub(crate) const IPV6_FORWARDING: &str = "ipv6/conf/all/forwarding";
+pub(crate) const TCP_TIME_WAIT: &str = "netfilter/nf_conntrack_tcp_timeout_time_wait";
+pub(crate) const UDP_TIMEOUT: &str = "netfilter/nf_conntrack_udp_timeout";
+pub(crate) const UDP_STREAM_TIMEOUT: &str = "netfilter/nf_conntrack_udp_timeout_stream";
 const CONNTRACK_MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
 const CONNTRACK_COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
 
 /// The three conntrack timeouts of [`Options`], in seconds, checked.
-pub(crate) struct ConntrackTimeouts([(&'static str, u64); 3]);
+pub(crate) struct ConntrackTimeouts {
+    root: PathBuf,
+    values: [(&'static str, u64); 3],
+}
 
 impl ConntrackTimeouts {
     pub(crate) fn from_options(opts: &Options) -> Result<ConntrackTimeouts, Error> {
@@ -33,20 +38,23 @@ impl ConntrackTimeouts {
                 Ok(d.as_secs())
             }
         };
-        Ok(ConntrackTimeouts([
-            (TCP_TIME_WAIT, secs("tcp_time_wait", opts.tcp_time_wait)?),
-            (UDP_TIMEOUT, secs("udp_timeout", opts.udp_timeout)?),
-            (
-                UDP_STREAM_TIMEOUT,
-                secs("udp_stream_timeout", opts.udp_stream_timeout)?,
-            ),
-        ]))
+        Ok(ConntrackTimeouts {
+            root: opts.proc_sys_net.clone(),
+            values: [
+                (TCP_TIME_WAIT, secs("tcp_time_wait", opts.tcp_time_wait)?),
+                (UDP_TIMEOUT, secs("udp_timeout", opts.udp_timeout)?),
+                (
+                    UDP_STREAM_TIMEOUT,
+                    secs("udp_stream_timeout", opts.udp_stream_timeout)?,
+                ),
+            ],
+        })
     }
 
     /// Write them; the calling thread must be inside `netns`.
     pub(crate) fn apply(&self, netns: &Netns) -> Result<(), Error> {
-        for (path, secs) in self.0 {
-            set(netns, path, &secs.to_string())?;
+        for (path, secs) in self.values {
+            set(netns, &self.root.join(path), &secs.to_string())?;
         }
         Ok(())
     }
@@ -55,19 +63,25 @@ impl ConntrackTimeouts {
 /// IPv4 forwarding on or off; IPv6 forwarding on when `ipv6` (and `on`),
 /// else off where the namespace has IPv6 at all. The calling thread must be
 /// inside `netns`.
-pub(crate) fn set_forwarding(netns: &Netns, on: bool, ipv6: bool) -> Result<(), Error> {
-    set(netns, IPV4_FORWARD, if on { "1" } else { "0" })?;
+pub(crate) fn set_forwarding(
+    netns: &Netns,
+    root: &Path,
+    on: bool,
+    ipv6: bool,
+) -> Result<(), Error> {
+    set(netns, &root.join(IPV4_FORWARD), if on { "1" } else { "0" })?;
     let v6 = on && ipv6;
-    if v6 || Path::new(IPV6_FORWARDING).exists() {
-        set(netns, IPV6_FORWARDING, if v6 { "1" } else { "0" })?;
+    let v6_path = root.join(IPV6_FORWARDING);
+    if v6 || v6_path.exists() {
+        set(netns, &v6_path, if v6 { "1" } else { "0" })?;
     }
     Ok(())
 }
 
-fn set(netns: &Netns, path: &'static str, value: &str) -> Result<(), Error> {
+fn set(netns: &Netns, path: &Path, value: &str) -> Result<(), Error> {
     fs::write(path, value).map_err(|source| Error::SetSysctl {
         netns: netns.path().to_path_buf(),
-        path,
+        path: path.to_path_buf(),
         value: value.to_string(),
         source,
     })

@@ -26,6 +26,7 @@ fn conntrack_timeouts_and_forwarding_are_set_in_the_pod_only() {
         tcp_time_wait: Duration::from_secs(17),
         udp_timeout: Duration::from_secs(23),
         udp_stream_timeout: Duration::from_secs(41),
+        ..Options::default()
     };
     ensure(&lab.pod.netns, &full_plan(), &opts).unwrap();
     assert_eq!(lab.pod.read(TIME_WAIT), "17");
@@ -45,6 +46,70 @@ fn conntrack_timeouts_and_forwarding_are_set_in_the_pod_only() {
     assert_eq!(lab.pod.read("/proc/sys/net/ipv6/conf/all/forwarding"), "0");
     assert_eq!(lab.pod.read("/proc/sys/net/ipv4/ip_forward"), "1");
     assert_eq!(lab.pod.read(UDP), "30");
+}
+
+/// A bind mount of /proc/sys/net in a temporary directory, unmounted on
+/// drop: what the DaemonSet gives edgelinkd (its own /proc/sys is
+/// read-only in a container).
+struct BindMount(tempfile::TempDir);
+
+impl BindMount {
+    fn of_proc_sys_net() -> BindMount {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["--bind", "/proc/sys/net"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        BindMount(dir)
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn sysctls_are_written_through_a_bind_mount_of_proc_sys_net_into_the_pod_only() {
+    let Some(nft) = nft_or_skip("sysctls_through_a_bind_mount") else {
+        return;
+    };
+    let lab = Lab::new();
+    let mount = BindMount::of_proc_sys_net();
+    let host_before = host(TIME_WAIT);
+    let opts = Options {
+        nft,
+        tcp_time_wait: Duration::from_secs(19),
+        proc_sys_net: mount.0.path().to_path_buf(),
+        ..Options::default()
+    };
+    ensure(&lab.pod.netns, &full_plan(), &opts).unwrap();
+    assert_eq!(lab.pod.read(TIME_WAIT), "19");
+    assert_eq!(lab.pod.read("/proc/sys/net/ipv4/ip_forward"), "1");
+    assert_eq!(host(TIME_WAIT), host_before);
+    assert!(remove(&lab.pod.netns, TABLE, &opts).unwrap());
+    assert_eq!(lab.pod.read("/proc/sys/net/ipv4/ip_forward"), "0");
+
+    // A root that is not there: the error names the file.
+    let bad = Options {
+        proc_sys_net: PathBuf::from("/nonexistent/proc/sys/net"),
+        ..opts
+    };
+    let e = ensure(&lab.pod.netns, &full_plan(), &bad).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("/nonexistent/proc/sys/net/ipv4/ip_forward"),
+        "{e}"
+    );
 }
 
 trait DefaultWith {
