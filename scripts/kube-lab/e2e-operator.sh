@@ -264,6 +264,64 @@ o9_delete() {
 }
 check "O9 Device deleted: its NAD, StatefulSet, Service and proxy pod are gone" o9_delete
 
+# --- O11. the kernel path and the device's protection, from a Device (issue 12) ------------------------------
+# api and telemetry through the proxy pod's own kernel (nftables DNAT that
+# edgelinkd installs with the image's nft, sysctls through the DaemonSet's
+# /proc/sys/net mount), http through the relay with a queue in front.
+KDEV=device01-03
+pod_netns() { # pod_netns NS POD: the node's netns name that holds the pod's address
+  local n ip
+  ip=$(kc -n "$1" get pod "$2" -o jsonpath='{.status.podIP}')
+  for n in $(on_node ls /run/netns); do
+    if in_pod_netns "$n" ip -4 -o addr show 2>/dev/null | grep -q " $ip/"; then echo "$n"; break; fi
+  done
+}
+node_status() { ip netns exec "$NODE_NS" curl -fsS --max-time 5 http://127.0.0.1:9310/status; }
+fwd_field() { # fwd_field POD FORWARD FIELD: from edgelinkd's /status on the node
+  node_status | python3 -c '
+import json, sys
+pod, fwd, field = sys.argv[1:]
+for a in json.load(sys.stdin)["attachments"]:
+    if a.get("podName") == pod:
+        for f in a["forwards"]:
+            if f["name"] == fwd:
+                print(f.get(field)); sys.exit(0)
+sys.exit(1)' "$@"
+}
+o11_kernel() {
+  local svc out ns table
+  kc apply -f - >/dev/null <<YAML || return 1
+apiVersion: edgelink.io/v1alpha1
+kind: Device
+metadata: {name: $KDEV, namespace: hil}
+spec:
+  nodeName: $NODE
+  network: plant-floor
+  address: 172.17.16.120
+  ports:
+  - {name: api, protocol: tcp, port: 8080, path: kernel}
+  - {name: telemetry, protocol: udp, port: 5000, path: kernel}
+  - {name: http, protocol: tcp, port: 80, maxConnections: 4, queueTimeoutMs: 10000, connectRetries: 1}
+YAML
+  until_ok 120 cond_is "$KDEV" Ready True || { kc -n hil get device "$KDEV" -o jsonpath='{.status}' | sed 's/^/     | /'; return 1; }
+  svc=$(kc -n hil get svc "$KDEV" -o jsonpath='{.spec.clusterIP}')
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" ping "$svc" 8080 20) || return 1
+  note "TCP $svc:8080 through the kernel path: $out"
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" udp-ping "$svc" 5000 5) || return 1
+  note "UDP $svc:5000 through the kernel path: $out"
+  out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" http-get "$svc" 80 3) || return 1
+  note "HTTP $svc:80 through the relay (maxConnections 4): $out"
+  ns=$(pod_netns hil "$KDEV-0")
+  table=$(in_pod_netns "$ns" nft list table inet edgelink) || return 1
+  note "proxy pod's table: $(grep -c dnat <<<"$table") dnat rules, $(grep -c 'masquerade fully-random' <<<"$table") masquerade; ip_forward $(in_pod_netns "$ns" cat /proc/sys/net/ipv4/ip_forward), TIME_WAIT $(in_pod_netns "$ns" cat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait) s"
+  [[ $(grep -c dnat <<<"$table") == 2 ]] || return 1
+  until_ok 30 at_least 1 fwd_field "$KDEV-0" api packetsToTarget || return 1
+  note "edgelinkd /status: api path $(fwd_field "$KDEV-0" api path), $(fwd_field "$KDEV-0" api totalConnections) connections, $(fwd_field "$KDEV-0" api packetsToTarget) packets to the device; http maxConnections $(fwd_field "$KDEV-0" http maxConnections)"
+  [[ $(fwd_field "$KDEV-0" api path) == kernel && $(fwd_field "$KDEV-0" http maxConnections) == 4 ]] || return 1
+  kc -n hil delete device "$KDEV" >/dev/null
+}
+check "O11 Device with kernel-path ports (api, telemetry) and a queued relay port (http): the proxy pod's nft table, TCP, UDP, HTTP through the Service, packets in edgelinkd's /status" o11_kernel
+
 # --- O10. fifty Devices at once: the time until all are Ready and reachable, and until all are gone -----------
 # A rig's worth of devices (OP_SCALE, default 50) on an EdgeNetwork of its
 # own (addresses .150-.199 of the segment, unused by the other checks), all
