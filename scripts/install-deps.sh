@@ -8,7 +8,8 @@
 #        vagrant and shellcheck (scripts/check-vagrant.sh; no hypervisor),
 #        haproxy and nginx (the PROXY protocol receivers of the daemon tests)
 #        (+ python3, normally present already)
-# bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk, strace
+# bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk, strace,
+#        nftables (edgelinkd's kernel path subject)
 # demo   iproute2, python3 (scripts/demo.sh)
 # all    all of them
 #
@@ -20,11 +21,11 @@
 set -euo pipefail
 
 readonly TEST_PKGS=(iproute2 nftables containernetworking-plugins podman runc busybox-static shellcheck vagrant haproxy nginx python3)
-readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace)
+readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace nftables)
 readonly DEMO_PKGS=(iproute2 python3)
 
 usage() {
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 # "install ok installed" only for a fully installed package. No pipe into

@@ -36,6 +36,13 @@ NGINX_STREAM = "/usr/lib/nginx/modules/ngx_stream_module.so"
 TAG = "elkrelay-%d" % os.getpid()
 NODE, DEV, POD, CLIENT = (TAG + s for s in ("-node", "-dev", "-pod", "-cli"))
 DEV_IP, POD_IP, CLIENT_IP = "172.17.16.120", "10.244.1.10", "10.244.1.20"
+# The kernel path's pod: a second pod netns, its eth0 a veth to the
+# client's eth1, its net1 from a second plugin ADD on the same bridge. Its
+# own pod because the kernel path's table drops, in the pod's forward hook,
+# whatever it did not DNAT: the direct path, routed through POD, would
+# break if that table were in POD.
+KPOD = TAG + "-kpod"
+KPOD_IP, CLIENT_KIP = "10.244.2.10", "10.244.2.20"
 # Device services: iperf3, a fast TCP echo (elk-loadgen, thread per
 # connection), a UDP echo, and an epoll TCP echo for the idle connections.
 IPERF, ECHO, UDP, IDLE = 5201, 7000, 7001, 7002
@@ -235,7 +242,7 @@ class Lab:
 
     def build(self):
         os.makedirs(self.state)
-        for ns in (NODE, DEV, POD, CLIENT):
+        for ns in (NODE, DEV, POD, KPOD, CLIENT):
             sh("ip", "netns", "add", ns)
             self.netns.append(ns)
             sh("ip", "-n", ns, "link", "set", "lo", "up")
@@ -252,50 +259,53 @@ class Lab:
         sh("ip", "-n", CLIENT, "addr", "add", CLIENT_IP + "/24", "dev", "eth0")
         sh("ip", "-n", POD, "link", "set", "eth0", "up")
         sh("ip", "-n", CLIENT, "link", "set", "eth0", "up")
-        for ns in (CLIENT, POD):
+        # The same for the kernel path's pod, on the client's eth1.
+        sh("ip", "-n", KPOD, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1", "netns", CLIENT)
+        sh("ip", "-n", KPOD, "addr", "add", KPOD_IP + "/24", "dev", "eth0")
+        sh("ip", "-n", CLIENT, "addr", "add", CLIENT_KIP + "/24", "dev", "eth1")
+        sh("ip", "-n", KPOD, "link", "set", "eth0", "up")
+        sh("ip", "-n", CLIENT, "link", "set", "eth1", "up")
+        for ns in (CLIENT, POD, KPOD):
             sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
 
-    def attach(self, forwards, fallback=None):
+    def attach(self, forwards):
         """edgelinkd in the node netns, then a real plugin ADD of net1 (bridge
-        mode) with the forwards; returns net1's address. When the plugin
-        refuses them and `fallback` is given (the same forwards without keys
-        an older plugin may not know), a second ADD with those; self.forwards
-        and self.refused say which were used and why."""
+        mode) in POD with the forwards; returns net1's address."""
         self.daemon = self.procs.start("edgelinkd", NODE, [
             DAEMON, "run", "--state-dir", self.state, "--status-addr", "127.0.0.1:9310",
             "--log-level", "warn", "--probe-interval", "0"] + os.environ.get("EDGELINKD_ARGS", "").split())
         sock = os.path.join(self.state, "edgelinkd.sock")
         wait_for("edgelinkd's control socket", lambda: os.path.exists(sock), self.daemon, self.procs)
-        self.refused = None
-        p = self._add(forwards)
-        if p.returncode != 0 and fallback is not None:
-            self.refused = (p.stdout.decode() + p.stderr.decode()).strip()[:400]
-            print("relay bench: the plugin refused the forwards (%s); again without the keys it may not know"
-                  % self.refused, flush=True)
-            forwards = fallback
-            p = self._add(forwards)
-        if p.returncode != 0:
-            raise SystemExit("relay bench: plugin ADD failed: %s %s" % (p.stdout.decode(), p.stderr.decode()))
+        net1 = self._add(POD, "relay-bench", "proxy-0", forwards)
         self.forwards = forwards
-        net1 = json.loads(p.stdout)["ips"][0]["address"].split("/")[0]
         # The direct routed path: client -> pod (forwarding) -> net1 -> device.
         sh("ip", "netns", "exec", POD, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         sh("ip", "-n", CLIENT, "route", "add", "172.17.16.0/24", "via", POD_IP)
         sh("ip", "-n", DEV, "route", "add", "10.244.1.0/24", "via", net1)
         return net1
 
-    def _add(self, forwards):
+    def attach_kernel(self, forwards):
+        """A second plugin ADD, of net1 in KPOD, with the kernel path's
+        forwards (`"path": "kernel"`): edgelinkd installs their nftables
+        table in KPOD and turns forwarding on there itself. The device needs
+        no route back: the table masquerades to net1's address."""
+        return self._add(KPOD, "relay-bench-kernel", "proxy-1", forwards)
+
+    def _add(self, ns, container, pod, forwards):
         conf = {"cniVersion": "1.0.0", "name": "relay-bench", "type": "edgelink", "mode": "bridge",
                 "bridge": "edge0", "uplink": "uplink0", "stateDir": self.state,
                 "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.200",
                                       "rangeEnd": "172.17.16.250"}]], "nodeName": "bench"},
                 "forwards": forwards}
-        env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "relay-bench", "CNI_IFNAME": "net1",
-               "CNI_NETNS": "/var/run/netns/" + POD, "CNI_PATH": "/usr/lib/cni",
-               "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=proxy-0",
+        env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": container, "CNI_IFNAME": "net1",
+               "CNI_NETNS": "/var/run/netns/" + ns, "CNI_PATH": "/usr/lib/cni",
+               "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + pod,
                "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-        return subprocess.run(["ip", "netns", "exec", NODE, PLUGIN], input=json.dumps(conf).encode(),
-                              env=env, capture_output=True, timeout=30)
+        p = subprocess.run(["ip", "netns", "exec", NODE, PLUGIN], input=json.dumps(conf).encode(),
+                           env=env, capture_output=True, timeout=30)
+        if p.returncode != 0:
+            raise SystemExit("relay bench: plugin ADD in %s failed: %s %s" % (ns, p.stdout.decode(), p.stderr.decode()))
+        return json.loads(p.stdout)["ips"][0]["address"].split("/")[0]
 
     def close(self):
         for ns in reversed(self.netns):

@@ -17,6 +17,13 @@ without a relay: the client routes 172.17.16.0/24 via the pod, which
 forwards (ip_forward=1) over net1, and the device routes back via net1's
 address; the same links and hops as the relays, minus the relay.
 
+"edgelinkd kernel path" is edgelinkd's `"path": "kernel"` forwards (nftables
+DNAT + masquerade, no relay process) in a second pod netns built like the
+first (eth0 10.244.2.10 --veth-- client eth1 10.244.2.20; net1 from a
+second plugin ADD on the same bridge): the same links and hops as direct.
+It has a pod of its own because its table's forward chain drops whatever
+it did not DNAT, which in the first pod would drop direct's routed packets.
+
 Subjects alternate within each round for each measure (A B C ..., the order
 rotating by one every round), so that machine drift hits them all alike.
 
@@ -30,8 +37,9 @@ fails the run).
 
     relay.py [--quick] [--rounds N] [--out FILE] [--only a,b,...]
 
-Needs root, iproute2, iperf3, socat, haproxy, nginx with the stream module,
-and `make release` (edgelinkd, elk-loadgen, the static plugin).
+EDGELINKD_ARGS (environment) is added to edgelinkd's command line, e.g.
+"--workers 1". Needs root, iproute2, nftables, iperf3, socat, haproxy,
+nginx with the stream module, and `make release` (edgelinkd, elk-loadgen, the static plugin).
 """
 import argparse
 import os
@@ -49,9 +57,9 @@ import verdict  # scripts/bench/verdict.py: which figures fail the run
 from connections import conn_rate, rr
 from device import HELPERS
 from footprint import SOCAT_IDLE_MAX, idle_memory, syscall_profiles
-from lab import DAEMON, DEV_IP, ECHO, IDLE, IPERF, LOADGEN, NGINX_STREAM, PLUGIN, POD_IP, UDP, Lab, Procs, raise_nofile
+from lab import DAEMON, DEV_IP, ECHO, IDLE, IPERF, KPOD_IP, LOADGEN, NGINX_STREAM, PLUGIN, POD_IP, UDP, Lab, Procs, raise_nofile
 from report import report
-from subjects import Subject, edgelink_forwards, start_haproxy, start_nginx, start_socat, wait_subject
+from subjects import KERNEL, Subject, edgelink_forwards, kernel_forwards, start_haproxy, start_nginx, start_socat, wait_subject
 from throughput import Iperf
 from udp import UDP_LOADS, udp
 
@@ -59,17 +67,19 @@ from udp import UDP_LOADS, udp
 def bring_up(the_lab, procs, only=None):
     """The lab, the device services and every subject, each checked end to end."""
     tmp = the_lab.tmp
+    want = lambda k: only is None or k in only
     the_lab.build()
     device_procs = device.start(procs)
 
     elk_ports, forwards = edgelink_forwards()
     # The fragile device's forward (fragile.py) rides on the same ADD; it is
     # shown with its own measure, not in the commands below.
-    with_queue, without = fragile.forward()
-    the_lab.attach(forwards + [with_queue], fallback=forwards + [without])
+    the_lab.attach(forwards + [fragile.forward()])
+    if want("kernel"):
+        k_ports, k_forwards = kernel_forwards()
+        the_lab.attach_kernel(k_forwards)
     subjects = [Subject("direct", DEV_IP, {IPERF: IPERF, ECHO: ECHO, UDP: UDP, IDLE: IDLE},
                         commands=["client -> %s via the pod (routed, no relay)" % DEV_IP], peer=False)]
-    want = lambda k: only is None or k in only
     if want("socat"):
         subjects.append(start_socat(procs))
     if want("haproxy"):
@@ -79,11 +89,18 @@ def bring_up(the_lab, procs, only=None):
     if want("nginx"):
         subjects.append(start_nginx(procs, tmp))
     subjects.append(Subject("edgelinkd", POD_IP, elk_ports, [the_lab.daemon],
-                            ["edgelinkd run --state-dir DIR --log-level warn --probe-interval 0  (node netns; "
-                             "defaults: 1 MiB pipes, sockets made on demand)",
+                            ["edgelinkd run --state-dir DIR --log-level warn --probe-interval 0%s  (node netns; "
+                             "defaults: 1 MiB pipes, sockets made on demand, a worker per CPU)"
+                             % "".join(" " + a for a in os.environ.get("EDGELINKD_ARGS", "").split()),
                              "plugin ADD: mode bridge, forwards %s" % ", ".join(
                                  "%s/%d -> %s" % (f["protocol"], f["port"], f["target"]) for f in forwards)],
                             peer=False))
+    if want("kernel"):
+        subjects.append(Subject(KERNEL, KPOD_IP, k_ports, [], [
+            "plugin ADD in the kernel path's pod (%s): mode bridge, forwards %s" % (KPOD_IP, ", ".join(
+                "%s/%d -> %s" % (f["protocol"], f["port"], f["target"]) for f in k_forwards)) +
+            ", each with \"path\": \"kernel\" (edgelinkd installs nftables DNAT + masquerade there)"],
+            peer=False))
     for s in subjects:
         wait_subject(s, procs)
     return subjects, device_procs
@@ -101,7 +118,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one short round (CI)")
     ap.add_argument("--rounds", type=int, help="rounds (default 3, 1 with --quick)")
     ap.add_argument("--out", help="write the markdown section here")
-    ap.add_argument("--only", help="comma-separated subjects: direct,socat,haproxy,haproxy1m,nginx,edgelinkd")
+    ap.add_argument("--only", help="comma-separated subjects: direct,socat,haproxy,haproxy1m,nginx,edgelinkd,kernel")
     ap.add_argument("--measures", help="comma-separated measures (default all): idle,tcp1,tcp8,conn,rr,udp,fragile,profile")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -111,7 +128,7 @@ def main():
         {"iperf": 10, "short": 2, "udp": 2, "profile": 2}
     idle_n = 1000 if a.quick else 10000
     missing = [b for b in (PLUGIN, DAEMON, LOADGEN) if not os.access(b, os.X_OK)]
-    missing += [b for b in ("socat", "haproxy", "nginx", "iperf3", "ip") if not shutil.which(b)]
+    missing += [b for b in ("socat", "haproxy", "nginx", "iperf3", "ip", "nft") if not shutil.which(b)]
     if not os.path.exists(NGINX_STREAM):
         missing.append(NGINX_STREAM + " (libnginx-mod-stream)")
     if missing:
@@ -202,7 +219,7 @@ def main():
     text, _ = report(a, subjects, results, profile, secs, rounds, idle_n, started)
     if fragile_subjects:
         text += "\n" + "\n".join(fragile.section(fragile_subjects, results, fragile_kinds, a.quick, rounds,
-                                                  fragile_record, the_lab.refused))
+                                                  fragile_record))
     if errors:
         text += "\nFailed measurements (not in the figures above):\n\n" + "".join("- %s\n" % e for e in errors)
     failed, notes = verdict.relay_checks(results, {s.name for s in subjects + fragile_subjects if s.peer})

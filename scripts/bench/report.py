@@ -1,15 +1,18 @@
 """The relay half's Markdown: the tables per measure, the targets of
-issue 4, how each figure was measured and the subjects' exact commands."""
+issues 4 and 12, how each figure was measured and the subjects' exact
+commands."""
 import os
+import re
 import statistics
 import subprocess
 import time
 
 import lab
 from cni import machine  # scripts/bench/cni.py: the same machine line in both halves
-from lab import DAEMON, DEV_IP, POD_IP, UDP
+from lab import DAEMON, DEV_IP, KPOD_IP, POD_IP, UDP
 from udp import UDP_LOADS
 
+FRAGILE = re.compile(r"^fragile(\d+)_completed$")
 TCP_COLUMNS = [  # key, title, format, higher is better
     ("gbps1", "TCP 1 stream Gbit/s", "%.2f", True),
     ("gbps8", "TCP 8 streams Gbit/s", "%.2f", True),
@@ -117,7 +120,12 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started):
       "HAProxy and nginx listen in the pod netns and reach the device over the same net1. "
       "**direct** is the path without a relay: the client routes the device segment via the pod "
       "(ip_forward=1), so packets cross the same links; it has no relay process, hence no relay "
-      "CPU or memory." % (POD_IP, DEV_IP))
+      "CPU or memory. **edgelinkd kernel path** is edgelinkd's `\"path\": \"kernel\"` forwards "
+      "(nftables DNAT and fully-random masquerade, no relay process) in a second pod netns made the "
+      "same way (eth0 %s, a veth to the client's second interface; net1 by a second plugin ADD on "
+      "the same bridge): the same links and hops as direct, in a pod of its own because its table's "
+      "forward chain drops whatever it did not DNAT, which would drop direct's routed packets in the "
+      "first pod." % (POD_IP, DEV_IP, KPOD_IP))
     w("")
     w("### TCP")
     w("")
@@ -178,6 +186,16 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started):
     w("|---|---|---|---|---|---|---|")
     tg = targets(subjects, results)
     for t in tg:
+        w("| %s |" % " | ".join(t))
+    w("")
+    w("### Targets (issue 12)")
+    w("")
+    w("Each a ratio of two subjects measured side by side in this run (medians over the rounds). "
+      "HAProxy is the better of the two HAProxy variants in that column.")
+    w("")
+    w("| figure | target | measured | against | ratio | result |")
+    w("|---|---|---|---|---|---|")
+    for t in targets12(results):
         w("| %s |" % " | ".join(t))
     w("")
     w("### How")
@@ -253,4 +271,51 @@ def targets(subjects, results):
                     "%.2f" % v, "%.2f (%s, Pss)" % (b, bn) if b is not None else "–", "–",
                     "%.2f× best" % (v / b) if b else "–",
                     "**met**" if v <= 4 else "missed: %.2f KiB over" % (v - 4)))
+    return out
+
+
+def targets12(results):
+    """The targets of issue 12 (the kernel path, the queueing relay), each a
+    ratio of two subjects of the same run: rows (figure, target, measured,
+    against, ratio, result). Pure: tested by test_report.py."""
+    elk, kern = "edgelinkd", "edgelinkd kernel path"
+
+    def get(name, key):
+        return med(results.get(name, {}).get(key, []))
+
+    def haproxy(key, higher):
+        vals = [(med(r.get(key, [])), n) for n, r in sorted(results.items()) if n.startswith("HAProxy")]
+        vals = [(v, n) for v, n in vals if v is not None]
+        return (max if higher else min)(vals) if vals else (None, None)
+
+    def row(label, name, key, f, ref, factor, higher=True):
+        e = get(name, key)
+        if ref == "direct":
+            b, bn = get("direct", key), "direct"
+        else:
+            b, bn = haproxy(key, higher)
+        target = "%s %.2f× %s" % ("≥" if higher else "≤", factor, "HAProxy" if ref != "direct" else "direct")
+        if e is None or not b:
+            return (label, target, fmt(f, e), "–", "–", "not measured")
+        ratio = e / b
+        ok = ratio >= factor if higher else ratio <= factor
+        miss = "missed: %.0f%% %s" % (abs(ratio / factor - 1) * 100, "short" if higher else "over")
+        return (label, target, "%s (%s)" % (fmt(f, e), name), "%s (%s)" % (fmt(f, b), bn), "%.2f×" % ratio,
+                "**met**" if ok else miss)
+
+    out = [
+        row("kernel path TCP 1 stream (Gbit/s)", kern, "gbps1", "%.2f", "direct", 0.95),
+        row("kernel path TCP 1 stream (Gbit/s)", kern, "gbps1", "%.2f", "haproxy", 1.3),
+        row("kernel path connections/s", kern, "conn_s", "%.0f", "direct", 0.9),
+        row("relay connections/s", elk, "conn_s", "%.0f", "haproxy", 1.1),
+        row("relay request/reply p99 (µs)", elk, "p99_us", "%.0f", "haproxy", 1.0, higher=False),
+        row("relay TCP 1 stream (Gbit/s)", elk, "gbps1", "%.2f", "haproxy", 1.0),
+    ]
+    r = results.get(elk, {})
+    for n in sorted(int(FRAGILE.match(k).group(1)) for k in r if FRAGILE.match(k)):
+        done = r["fragile%d_completed" % n]
+        ok = bool(done) and min(done) >= n
+        out.append(("fragile device, burst of %d clients (completed)" % n, "%d/%d every run" % (n, n),
+                    ", ".join("%d/%d" % (d, n) for d in done), "–", "–",
+                    "**met**" if ok else "missed: %d of %d in the worst run" % (min(done), n)))
     return out

@@ -1,7 +1,8 @@
 """The subjects: the ways from the client to the device services that are
-compared. "direct" (routed, no relay) and edgelinkd are made by relay.py's
-bring_up (edgelinkd by the lab's plugin ADD); the peers socat, HAProxy and
-nginx are started here, in the pod netns.
+compared. "direct" (routed, no relay), edgelinkd and edgelinkd's kernel
+path are made by relay.py's bring_up (edgelinkd's by the lab's plugin
+ADDs); the peers socat, HAProxy and nginx are started here, in the pod
+netns.
 """
 import os
 
@@ -101,6 +102,19 @@ def edgelink_forwards():
           {"name": "echo", "protocol": "tcp", "port": ports[ECHO], "target": "%s:%d" % (DEV_IP, ECHO)},
           {"name": "udp", "protocol": "udp", "port": ports[UDP], "target": "%s:%d" % (DEV_IP, UDP)},
           {"name": "idle", "protocol": "tcp", "port": ports[IDLE], "target": "%s:%d" % (DEV_IP, IDLE)}]
+    return ports, fw
+
+
+KERNEL = "edgelinkd kernel path"
+
+
+def kernel_forwards():
+    """The same four forwards as edgelink_forwards(), on their own ports,
+    with `"path": "kernel"`: nftables DNAT in the kernel path's pod, no
+    relay process."""
+    ports = relay_ports(17000)
+    fw = [{"name": "k-" + f["name"], "protocol": f["protocol"], "port": ports[svc], "target": f["target"],
+           "path": "kernel"} for svc, f in zip((IPERF, ECHO, UDP, IDLE), edgelink_forwards()[1])]
     return ports, fw
 
 

@@ -116,6 +116,14 @@ class RelayChecks(unittest.TestCase):
         self.assertEqual(len(notes), 1)
         self.assertIn("HAProxy completed 150 of 200", notes[0])
 
+    def test_the_kernel_paths_failures_fail_the_run(self):
+        r = healthy()
+        r["edgelinkd kernel path"] = {"conn_failed": [40], "conn_ok": [9000], "ucheck_loss": [0.05]}
+        failed, notes = verdict.relay_checks(r, PEERS)
+        self.assertEqual(len(failed), 2)
+        self.assertTrue(all("edgelinkd kernel path" in f for f in failed))
+        self.assertEqual(notes, [])
+
     def test_unmeasured_figures_are_not_checked(self):
         self.assertEqual(verdict.relay_checks({"edgelinkd": {}}, PEERS), ([], []))
 

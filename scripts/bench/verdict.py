@@ -20,6 +20,11 @@ is broken, whatever the machine's speed:
   one per burst of N clients);
 - edgelink's own CHECK fails (any CHECK of an edgelink subject).
 
+The relay checks apply to both of edgelinkd's subjects: the relay
+("edgelinkd") and its kernel path ("edgelinkd kernel path": the kernel
+forwards the connections and datagrams, but a table that loses them is
+edgelinkd's).
+
 The peers' (socat, HAProxy, nginx, the reference plugins) failures are
 reported beside, never fatal: they are what is compared against, not what
 is tested. Pure functions over the results, so that the failure path is
@@ -33,6 +38,8 @@ UDP_LOSS_MAX = 0.01
 # key, clients, offered datagrams/s
 UDP_CHECK_LOAD = ("ucheck", 1, 5000)
 RELAY = "edgelinkd"
+KERNEL = "edgelinkd kernel path"
+OURS = (RELAY, KERNEL)
 # fragile<N>_completed: clients that completed, per burst of N clients
 FRAGILE_COMPLETED = re.compile(r"^fragile(\d+)_completed$")
 
@@ -52,8 +59,8 @@ def relay_checks(results, peers):
     are only noted. Figures that were not measured are not checked."""
     failures, notes = [], []
     for name, r in sorted(results.items()):
-        out = failures if name == RELAY else notes
-        if name != RELAY and name not in peers:
+        out = failures if name in OURS else notes
+        if name not in OURS and name not in peers:
             continue
         fails, oks = r.get("conn_failed", []), r.get("conn_ok", [])
         for i, (f, ok) in enumerate(zip(fails, oks)):
