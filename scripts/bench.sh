@@ -9,7 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $(id -u) == 0 ]] || { echo "bench: run as root (network namespaces)" >&2; exit 1; }
-cargo build --release --examples -p edgelink-ipam >/dev/null
+# `make bench` builds the binaries (static, as shipped) and names them;
+# run alone, this builds what is missing of the defaults (target/release).
+if [[ -z ${FILL_BIN:-} ]]; then
+    cargo build --release --examples -p edgelink-ipam >/dev/null
+fi
 
 cni=$(mktemp)
 relay=$(mktemp)

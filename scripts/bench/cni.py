@@ -33,7 +33,7 @@ import verdict  # scripts/bench/verdict.py: which failures fail the run
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ELK = os.environ.get("EDGELINK_BIN", os.path.join(ROOT, "target/release/edgelink"))
-FILL = os.path.join(ROOT, "target/release/examples/fill_store")
+FILL = os.environ.get("FILL_BIN", os.path.join(ROOT, "target/release/examples/fill_store"))
 DAEMON = os.environ.get("EDGELINKD_BIN", os.path.join(ROOT, "target/release/edgelinkd"))
 REF = "/usr/lib/cni"
 TAG = "elkbench-%d" % os.getpid()
