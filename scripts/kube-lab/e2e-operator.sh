@@ -188,6 +188,9 @@ o5_edit() {
   uid1=$(kc -n hil get pod "$DEV_POD" -o jsonpath='{.metadata.uid}')
   kc -n hil get network-attachment-definitions "$DEV" -o jsonpath='{.spec.config}' | grep -q '"port": 8081' || return 1
   svc=$(kc -n hil get svc "$DEV" -o jsonpath='{.spec.clusterIP}')
+  # kube-proxy programs the new port and the replaced pod's endpoint on its
+  # own schedule (a run saw the first connect time out): up to 30 s.
+  until_ok 30 in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" ping "$svc" 8081 1 || return 1
   out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" ping "$svc" 8081 5) || return 1
   note "Service port api 8081, NAD forward 8081 -> :8080, proxy pod replaced ($([[ $uid0 != "$uid1" ]] && echo yes)), TCP $svc:8081: $out"
   [[ $uid0 != "$uid1" ]] && ! in_pod_netns "$CLIENT_NETNS" timeout 3 python3 "$ECHO" ping "$svc" 8080 1 >/dev/null 2>&1
