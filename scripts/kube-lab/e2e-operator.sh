@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The end-to-end checks of edgelink-operator (issue 11) on the kube lab:
 # sourced by e2e.sh after its own checks, on the same cluster, with its
-# helpers (kc, check, note, until_ok, on_node, in_pod_netns, client_netns,
+# helpers (kc, check, note, until_ok, on_node, in_pod_netns, pod_netns, client_netns,
 # ECHO) and its client pod hil/client. docs/kube-lab.md lists the checks.
 #
 # The operator runs in the cluster (daemonset/operator/, the image
@@ -272,13 +272,6 @@ check "O9 Device deleted: its NAD, StatefulSet, Service and proxy pod are gone" 
 # edgelinkd installs with the image's nft, sysctls through the DaemonSet's
 # /proc/sys/net mount), http through the relay with a queue in front.
 KDEV=device01-03
-pod_netns() { # pod_netns NS POD: the node's netns name that holds the pod's address
-  local n ip
-  ip=$(kc -n "$1" get pod "$2" -o jsonpath='{.status.podIP}')
-  for n in $(on_node ls /run/netns); do
-    if in_pod_netns "$n" ip -4 -o addr show 2>/dev/null | grep -q " $ip/"; then echo "$n"; break; fi
-  done
-}
 node_status() { ip netns exec "$NODE_NS" curl -fsS --max-time 5 http://127.0.0.1:9310/status; }
 fwd_field() { # fwd_field POD FORWARD FIELD: from edgelinkd's /status on the node
   node_status | python3 -c '

@@ -135,14 +135,15 @@ YAML
 kc -n hil wait --for condition=Ready --timeout 60s pod/client >/dev/null || true
 SVC_IP=$(kc -n hil get svc device01-01 -o jsonpath='{.spec.clusterIP}')
 CLIENT_IP=$(kc -n hil get pod client -o jsonpath='{.status.podIP}')
-# the client pod's network namespace: the one that holds its address
-client_netns() {
+# pod_netns NS POD: the node's netns that holds the pod's address
+pod_netns() {
   local n ip
-  ip=$(kc -n hil get pod client -o jsonpath='{.status.podIP}')
+  ip=$(kc -n "$1" get pod "$2" -o jsonpath='{.status.podIP}')
   for n in $(on_node ls /run/netns); do
     if in_pod_netns "$n" ip -4 -o addr show 2>/dev/null | grep -q " $ip/"; then echo "$n"; break; fi
   done
 }
+client_netns() { pod_netns hil client; }
 CLIENT_NETNS=$(client_netns)
 note "Service device01-01 ClusterIP $SVC_IP (no DNS in the lab); client $CLIENT_IP, netns $CLIENT_NETNS"
 c3_env() {

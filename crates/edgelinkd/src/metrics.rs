@@ -199,61 +199,69 @@ pub fn render(d: &Daemon) -> String {
     for (n, h, fam) in gauges {
         reg.register(n, h, fam);
     }
-    let attachments: Gauge = Gauge::default();
-    attachments.set(status.attachments.len() as i64);
-    reg.register("attachments", "Attachments served", attachments);
-    let malformed: Gauge = Gauge::default();
-    malformed.set(status.malformed_records.len() as i64);
-    reg.register(
+    let gauge = |reg: &mut Registry, name: &str, help: &str, v: i64| {
+        let g: Gauge = Gauge::default();
+        g.set(v);
+        reg.register(name, help, g);
+    };
+    let counter = |reg: &mut Registry, name: &str, help: &str, v: u64| {
+        let c: Counter = Counter::default();
+        c.inc_by(v);
+        reg.register(name, help, c);
+    };
+    gauge(
+        &mut reg,
+        "attachments",
+        "Attachments served",
+        status.attachments.len() as i64,
+    );
+    gauge(
+        &mut reg,
         "malformed_records",
         "Attachment records that could not be read",
-        malformed,
+        status.malformed_records.len() as i64,
     );
-    let reclaimed: Counter = Counter::default();
-    reclaimed.inc_by(status.reclaimed_total);
-    reg.register(
+    counter(
+        &mut reg,
         "reclaimed_attachments",
         "Attachments reclaimed because their netns was gone",
-        reclaimed,
+        status.reclaimed_total,
     );
-    let reaped: Counter = Counter::default();
-    reaped.inc_by(status.retired_links_deleted_total);
-    reg.register(
+    counter(
+        &mut reg,
         "retired_links_deleted",
         "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
-        reaped,
+        status.retired_links_deleted_total,
     );
-    let warnings: Gauge = Gauge::default();
-    warnings.set(status.warnings.len() as i64);
-    reg.register(
+    gauge(
+        &mut reg,
         "warnings",
         "Warnings in /status (the node's conntrack table too small for the kernel path)",
-        warnings,
+        status.warnings.len() as i64,
     );
-    let workers: Gauge = Gauge::default();
-    workers.set(status.workers as i64);
-    reg.register("workers", "Worker threads serving connections", workers);
-    let replaced: Counter = Counter::default();
-    replaced.inc_by(status.worker_replacements_total);
-    reg.register(
+    gauge(
+        &mut reg,
+        "workers",
+        "Worker threads serving connections",
+        status.workers as i64,
+    );
+    counter(
+        &mut reg,
         "worker_replacements",
         "Worker threads that died and were replaced",
-        replaced,
+        status.worker_replacements_total,
     );
-    let pool_taken: Counter = Counter::default();
-    pool_taken.inc_by(d.pool_taken.load(std::sync::atomic::Ordering::Relaxed));
-    reg.register(
+    counter(
+        &mut reg,
         "socket_pool_taken",
         "Upstream TCP sockets taken ready from the --socket-pool",
-        pool_taken,
+        d.pool_taken.load(std::sync::atomic::Ordering::Relaxed),
     );
-    let pipes = d.pipes.stats();
-    let pipes_in_use: Gauge = Gauge::default();
-    pipes_in_use.set(pipes.in_use as i64);
-    reg.register(
+    gauge(
+        &mut reg,
         "pipes_in_use",
         "Splice pipes holding data in flight",
-        pipes_in_use,
+        d.pipes.stats().in_use as i64,
     );
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
