@@ -7,13 +7,16 @@
 #   device   device01-01 at 172.17.16.120 on the private segment: TCP echo
 #            on :8080, HTTP on :80, UDP echo on :5000
 #   pod      the proxy pod: eth0 on the "cluster" (10.244.1.10), net1 from
-#            the edgelink plugin (bridge edge0 + uplink0) with three forwards
+#            the edgelink plugin (bridge edge0 + uplink0) with four forwards:
+#            api (relayed, at most 8 connections to the device, the rest
+#            queued), web, telemetry (UDP), and api-kernel (the pod's own
+#            kernel forwards it: nftables DNAT that edgelinkd installs)
 #   client   a pod elsewhere in the cluster (10.244.1.20)
 #   pod-mv   a second pod with a macvlan net1, reaching the device directly
 #
 # Prints each forward, whether it worked, bytes and round-trip time, then
 # tears everything down (also on Ctrl-C or failure). KEEP=1 leaves it up.
-# Needs root, iproute2 and python3; run via `make demo`.
+# Needs root, iproute2, nftables and python3; run via `make demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -100,7 +103,7 @@ ip -n $CLIENT link set eth0 up
 
 say "edgelinkd starts in the node namespace"
 ip netns exec $NODE "$DAEMON" run --state-dir "$STATE" --status-addr 127.0.0.1:9310 \
-    --log-level info --reconcile-interval 5 2> "$STATE.log" & PIDS+=($!)
+    --log-level info --reconcile-interval 5 --kernel-counters-interval 0.5 2> "$STATE.log" & PIDS+=($!)
 for _ in $(seq 100); do [[ -S $STATE/edgelinkd.sock ]] && break; sleep 0.05; done
 [[ -S $STATE/edgelinkd.sock ]] || { cat "$STATE.log"; exit 1; }
 
@@ -110,9 +113,12 @@ cat > "$STATE/plant-floor.json" <<JSON
  "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.200",
           "rangeEnd": "172.17.16.250", "gateway": "172.17.16.1"}]], "nodeName": "kedge1"},
  "forwards": [
-   {"name": "api",       "protocol": "tcp", "port": 8080, "target": "172.17.16.120:8080"},
+   {"name": "api",       "protocol": "tcp", "port": 8080, "target": "172.17.16.120:8080",
+    "maxConnections": 8, "connectRetries": 2},
    {"name": "web",       "protocol": "tcp", "port": 8081, "target": "172.17.16.120:80"},
-   {"name": "telemetry", "protocol": "udp", "port": 5000, "target": "172.17.16.120:5000"}]}
+   {"name": "telemetry", "protocol": "udp", "port": 5000, "target": "172.17.16.120:5000"},
+   {"name": "api-kernel", "protocol": "tcp", "port": 9080, "target": "172.17.16.120:8080",
+    "path": "kernel"}]}
 JSON
 cat > "$STATE/plant-floor-mv.json" <<JSON
 {"cniVersion": "1.0.0", "name": "plant-floor-mv", "type": "edgelink",
@@ -147,11 +153,16 @@ FAILED=0
 row api tcp 172.17.16.120:8080 python3 scripts/lab/echo.py ping 10.244.1.10 8080 500
 row web http 172.17.16.120:80 python3 scripts/lab/echo.py http-get 10.244.1.10 8081 100
 row telemetry udp 172.17.16.120:5000 python3 scripts/lab/echo.py udp-ping 10.244.1.10 5000 500
+# The same device port through the pod's own kernel (nftables DNAT that
+# edgelinkd installed in the pod's netns), beside the relay.
+row api-kernel tcp 172.17.16.120:8080 python3 scripts/lab/echo.py ping 10.244.1.10 9080 500
 out=$(ip netns exec $PODMV python3 scripts/lab/echo.py ping 172.17.16.120 8080 100)
 read -r _ bytes rtt <<<"$out"
 summary+=("$(printf '%-10s %-4s pod-mv direct over macvlan net1 -> 172.17.16.120:8080  OK  %d bytes  rtt %d µs' direct tcp "$bytes" "$rtt")")
 printf '%s\n' "${summary[@]}"
 
+# The kernel path's counters are read from nft every 0.5 s here.
+sleep 0.6
 say "edgelinkd status (also: /status as JSON, /metrics, /healthz on 127.0.0.1:9310 in $NODE)"
 ip netns exec $NODE "$DAEMON" status --status-addr 127.0.0.1:9310
 get /metrics | grep -E '^edgelink_(bytes_to_target|connections)_total' | head -6

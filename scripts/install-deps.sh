@@ -10,7 +10,7 @@
 #        (+ python3, normally present already)
 # bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk, strace,
 #        nftables (edgelinkd's kernel path subject)
-# demo   iproute2, python3 (scripts/demo.sh)
+# demo   iproute2, nftables, python3 (scripts/demo.sh)
 # all    all of them
 #
 # Idempotent and quick when everything is installed: each package is checked
@@ -22,7 +22,7 @@ set -euo pipefail
 
 readonly TEST_PKGS=(iproute2 nftables containernetworking-plugins podman runc busybox-static shellcheck vagrant haproxy nginx python3)
 readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace nftables)
-readonly DEMO_PKGS=(iproute2 python3)
+readonly DEMO_PKGS=(iproute2 nftables python3)
 
 usage() {
     sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'

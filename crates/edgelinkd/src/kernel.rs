@@ -168,8 +168,14 @@ impl KernelForwards {
                 .store(total.bytes_to_client, Ordering::Relaxed);
             f.packets_to_target
                 .store(total.packets_to_target, Ordering::Relaxed);
-            f.packets_to_client
-                .store(total.packets_to_client, Ordering::Relaxed);
+            let before = f
+                .packets_to_client
+                .swap(total.packets_to_client, Ordering::Relaxed);
+            // The device answered since the last reading: it is reachable
+            // (the kernel path has no connect of its own to tell).
+            if total.packets_to_client > before {
+                f.reach(true, None);
+            }
             if f.spec.protocol == edgelink_attachment::Protocol::Udp {
                 // A datagram is a packet here (NAT does not reassemble).
                 c.udp_datagrams_to_target
