@@ -180,7 +180,8 @@ impl Daemon {
     /// workers go on.
     pub fn worker_died(&self, slot: usize) {
         for a in self.map().values() {
-            for f in &a.forwards {
+            // The kernel path's forwards have no listener on a worker.
+            for f in a.forwards.iter().filter(|f| f.spec.path.is_relay()) {
                 if f.lock().listener == "listening" {
                     f.error(format!("worker {slot} died: listening again"));
                     f.set_listener("failed");
