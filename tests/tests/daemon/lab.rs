@@ -352,11 +352,28 @@ impl DLab {
         }
     }
 
-    /// Wait until every forward of the attachment is listening.
+    /// Wait until every forward of the attachment is listening, and it is
+    /// the attachment of the last ADD (its net1 MAC): right after a DEL and
+    /// an ADD the daemon may still report the old one, whose listeners its
+    /// next pass closes before it opens the new ones.
     pub fn wait_serving(&self) -> Value {
         let n = self.conf["forwards"].as_array().map_or(0, Vec::len);
+        let mac = self.result["interfaces"]
+            .as_array()
+            .and_then(|i| {
+                i.iter()
+                    .find(|i| i["name"] == "net1" && i.get("sandbox").is_some())
+            })
+            .and_then(|i| i["mac"].as_str())
+            .map(str::to_string);
         self.wait_status(Duration::from_secs(10), "all forwards listening", |s| {
             all_listening(s, CID, n)
+                && mac.as_deref().is_none_or(|m| {
+                    s["attachments"]
+                        .as_array()
+                        .and_then(|a| a.iter().find(|a| a["containerId"] == CID))
+                        .is_some_and(|a| a["interface"]["mac"] == m)
+                })
         })
     }
 
