@@ -131,7 +131,7 @@ fn max_connections_caps_the_connections_of_all_forwards_together() {
 }
 
 #[test]
-fn bad_tcp_bounds_flags_exit_64_naming_the_flag() {
+fn bad_tcp_bounds_and_kernel_path_flags_exit_64_naming_the_flag() {
     let ns = Netns::new("flags");
     let state = tempfile::tempdir().unwrap();
     let sd = state.path().display().to_string();
@@ -151,6 +151,12 @@ fn bad_tcp_bounds_flags_exit_64_naming_the_flag() {
         ("--connect-retries", "11"),
         ("--connect-retry-backoff", "0"),
         ("--connect-retry-backoff", "3"),
+        ("--kernel-tcp-time-wait", "0"),
+        ("--kernel-udp-timeout", "1.5"),
+        ("--kernel-udp-stream-timeout", "86401"),
+        ("--kernel-counters-interval", "0"),
+        ("--conntrack-min", "many"),
+        ("--proc-sys-net", "proc/sys/net"),
     ] {
         let out = ns.exec(&[&bin, "run", "--state-dir", &sd, flag, value]);
         let err = String::from_utf8_lossy(&out.stderr);
