@@ -134,6 +134,10 @@ pub struct Daemon {
     /// Upstream TCP sockets taken ready from a `--socket-pool`.
     pub pool_taken: Arc<AtomicU64>,
     pub draining: AtomicBool,
+    /// Workers replaced, counted once their forwards are marked to listen
+    /// again: /status never shows a replacement with listeners that are
+    /// still gone but reported `listening`.
+    worker_replacements: AtomicU64,
     /// Wakes the reconcile loop (inotify, control socket).
     pub nudge: Notify,
     /// Bumped whenever attachments or forward states change (webhook).
@@ -167,6 +171,7 @@ impl Daemon {
             reaped: AtomicU64::new(0),
             pool_taken: Arc::new(AtomicU64::new(0)),
             draining: AtomicBool::new(false),
+            worker_replacements: AtomicU64::new(0),
             nudge: Notify::new(),
             changes: watch::channel(0).0,
             pass: tokio::sync::Mutex::new(()),
@@ -188,6 +193,7 @@ impl Daemon {
                 }
             }
         }
+        self.worker_replacements.fetch_add(1, Ordering::Relaxed);
         self.nudge.notify_one();
     }
 
@@ -218,7 +224,7 @@ impl Daemon {
             reclaimed_total: self.reclaimed.load(Ordering::Relaxed),
             retired_links_deleted_total: self.reaped.load(Ordering::Relaxed),
             workers: self.shared.workers.len(),
-            worker_replacements_total: self.shared.workers.replacements(),
+            worker_replacements_total: self.worker_replacements.load(Ordering::Relaxed),
             warnings: self
                 .warnings
                 .lock()

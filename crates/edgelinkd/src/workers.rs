@@ -128,13 +128,9 @@ impl Workers {
     }
 
     /// How many times slot `i` was replaced.
+    #[cfg(test)]
     pub fn generation(&self, i: usize) -> u64 {
         self.slot(i).generation
-    }
-
-    /// How many workers were replaced, over all slots.
-    pub fn replacements(&self) -> u64 {
-        (0..self.slots.len()).map(|i| self.generation(i)).sum()
     }
 
     /// End every worker (their tasks are dropped with them).
