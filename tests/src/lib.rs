@@ -873,6 +873,23 @@ pub fn in_netns<T: Send>(ns: &Netns, f: impl FnOnce() -> T + Send) -> T {
         .unwrap_or_else(|e| panic!("run inside {}: {e}", ns.name))
 }
 
+/// One blocking socket call, made again when it was interrupted.
+///
+/// With a timeout on the socket (SO_RCVTIMEO/SO_SNDTIMEO), Linux fails
+/// `read`, `write`, `recv*`, `send*` and `accept` with EINTR when this
+/// process is stopped and continued, even without a signal handler
+/// (signal(7)). A CI machine that pauses the test process does exactly
+/// that. std retries EINTR in `read_exact` and `write_all`, not in the
+/// single calls: wrap those in `again(|| s.read(&mut buf))`.
+pub fn again<T>(mut f: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
 /// TCP connect from inside `ns` (bounded by `timeout`).
 pub fn connect_in(
     ns: &Netns,

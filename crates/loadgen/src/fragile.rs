@@ -68,6 +68,8 @@ fn serve(mut c: TcpStream, left: Duration) {
     let mut buf = [0u8; 4096];
     loop {
         match c.read(&mut buf) {
+            // SO_RCVTIMEO is set: a stop and continue is an EINTR.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Ok(0) | Err(_) => return,
             Ok(n) => {
                 if c.write_all(&buf[..n]).is_err() {

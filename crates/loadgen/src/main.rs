@@ -98,15 +98,9 @@ enum Mode {
 
 fn exchange(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
     s.write_all(buf)?;
-    let mut got = 0;
-    while got < buf.len() {
-        let n = s.read(&mut buf[got..])?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        got += n;
-    }
-    Ok(())
+    // read_exact, unlike a bare read, retries EINTR: with SO_RCVTIMEO set,
+    // a stopped and continued process sees one (signal(7)).
+    s.read_exact(buf)
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {

@@ -510,7 +510,7 @@ pub fn connect_and_read(ns: &Netns, addr: SocketAddr) -> (Ended, Duration) {
 
 pub fn read_end(s: &mut TcpStream) -> Ended {
     let mut buf = [0u8; 4096];
-    match s.read(&mut buf) {
+    match again(|| s.read(&mut buf)) {
         Ok(0) => Ended::Eof,
         Ok(n) => Ended::Data(n),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ended::Reset,

@@ -249,7 +249,7 @@ fn status_conn_closed_within(l: &DLab, within: Duration) -> bool {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        match s.read(&mut buf) {
+        match again(|| s.read(&mut buf)) {
             Ok(0) => break,
             Ok(n) => got.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,

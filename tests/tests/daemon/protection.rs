@@ -45,12 +45,14 @@ impl FragileDevice {
         let thread = std::thread::spawn(move || {
             while !halt.load(Ordering::Relaxed) {
                 std::thread::sleep(every);
-                let Ok((mut c, _)) = l.accept() else { continue };
+                let Ok((mut c, _)) = again(|| l.accept()) else {
+                    continue;
+                };
                 let _ = c.set_nonblocking(false);
                 let _ = c.set_read_timeout(Some(Duration::from_secs(60)));
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 4096];
-                    while let Ok(n) = c.read(&mut buf) {
+                    while let Ok(n) = again(|| c.read(&mut buf)) {
                         if n == 0 || c.write_all(&buf[..n]).is_err() {
                             break;
                         }

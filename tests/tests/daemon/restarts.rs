@@ -128,7 +128,7 @@ fn read_to_end(s: &mut TcpStream) -> (Ended, u64) {
     let mut n = 0u64;
     // Bounded: the flood sends 256 MiB at most.
     loop {
-        match s.read(&mut buf) {
+        match again(|| s.read(&mut buf)) {
             Ok(0) => return (Ended::Eof, n),
             Ok(k) => n += k as u64,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (Ended::Reset, n),

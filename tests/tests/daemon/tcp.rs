@@ -397,7 +397,7 @@ fn a_slow_reader_holds_the_sender_back_instead_of_the_daemon_buffering() {
     let t = Instant::now();
     // Write until the device's stall pushes back (bounded in bytes and time).
     while sent < 256 << 20 && t.elapsed() < Duration::from_secs(20) {
-        match s.write(&chunk) {
+        match again(|| s.write(&chunk)) {
             Ok(n) => sent += n as u64,
             Err(e)
                 if matches!(

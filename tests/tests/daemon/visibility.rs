@@ -234,7 +234,7 @@ impl Receiver {
         let thread = std::thread::spawn(move || {
             let end = Instant::now() + Duration::from_secs(60);
             while !st.load(Ordering::Relaxed) && Instant::now() < end {
-                let Ok((mut c, _)) = l.accept() else {
+                let Ok((mut c, _)) = again(|| l.accept()) else {
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 };
@@ -243,7 +243,7 @@ impl Receiver {
                 let mut buf = Vec::new();
                 let mut b = [0u8; 8192];
                 let (head, body) = loop {
-                    match c.read(&mut b) {
+                    match again(|| c.read(&mut b)) {
                         Ok(0) | Err(_) => break (String::new(), String::new()),
                         Ok(n) => buf.extend_from_slice(&b[..n]),
                     }

@@ -291,9 +291,13 @@ fn tcp_echo(listener: TcpListener, stop: Arc<AtomicBool>, peers: Arc<Mutex<Vec<S
                 conn.set_read_timeout(Some(WAIT)).unwrap();
                 // One connection at a time is enough for these tests.
                 let mut buf = [0u8; 16 * 1024];
-                while let Ok(n @ 1..) = conn.read(&mut buf) {
-                    if conn.write_all(&buf[..n]).is_err() {
-                        break;
+                loop {
+                    match conn.read(&mut buf) {
+                        // SO_RCVTIMEO is set: a stop and continue of the
+                        // test process is an EINTR, not an end (signal(7)).
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Ok(n @ 1..) if conn.write_all(&buf[..n]).is_ok() => continue,
+                        _ => break,
                     }
                 }
                 let _ = conn.shutdown(Shutdown::Both);

@@ -412,10 +412,21 @@ fn socket_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::net::UdpSocket;
     use std::os::fd::AsFd;
+
+    /// `recv_from` on a socket with SO_RCVTIMEO, again after an EINTR (a
+    /// stop and continue of the test process makes one, signal(7)).
+    pub(crate) fn recv_from(rx: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        loop {
+            match rx.recv_from(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
+    }
 
     #[test]
     fn batches_round_trip_with_pktinfo() {
@@ -467,7 +478,7 @@ mod tests {
         tx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .unwrap();
         let mut buf = [0u8; 16];
-        let (n, src) = tx.recv_from(&mut buf).unwrap();
+        let (n, src) = recv_from(&tx, &mut buf).unwrap();
         assert_eq!(&buf[..n], b"pong");
         assert_eq!(src, SocketAddr::from(([127, 0, 0, 3], port)));
     }
@@ -506,9 +517,8 @@ mod tests {
         let mut buf = vec![0u8; 65536];
         (0..n)
             .map(|i| {
-                let (len, from) = rx
-                    .recv_from(&mut buf)
-                    .unwrap_or_else(|e| panic!("datagram {i} of {n}: {e}"));
+                let (len, from) =
+                    recv_from(rx, &mut buf).unwrap_or_else(|e| panic!("datagram {i} of {n}: {e}"));
                 (buf[..len].to_vec(), from)
             })
             .collect()
