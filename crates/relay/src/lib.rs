@@ -26,8 +26,11 @@ pub mod tcp;
 pub mod udp;
 
 pub use counters::Counters;
-pub use pipe::{Pipe, PipePool, PipeStats};
-pub use tcp::{keepalive_params, splice_duplex, TcpRelayConfig, DEFAULT_PIPE_SIZE};
+pub use pipe::{ParkedPipe, Pipe, PipePool, PipeStats};
+pub use tcp::{
+    keepalive_params, relay_tcp, resume_tcp, splice_duplex, ParkedDirection, ParkedTcp, Relayed,
+    TcpRelayConfig, DEFAULT_PIPE_SIZE,
+};
 pub use udp::{serve_udp, UdpConfig};
 
 use futures_util::future::BoxFuture;

@@ -183,7 +183,103 @@ impl PipePool {
     }
 }
 
+/// A pipe taken out of its pool with the bytes it holds, to be handed to
+/// another process (edgelinkd's hand-over) and adopted there with
+/// [`PipePool::adopt`]. Dropped, it is closed with its bytes.
+#[derive(Debug)]
+pub struct ParkedPipe {
+    pub read: OwnedFd,
+    pub write: OwnedFd,
+    /// Bytes in it, as the pipe's owner counted them.
+    pub len: usize,
+}
+
+/// Bytes waiting in a pipe, as the kernel counts them (FIONREAD).
+#[allow(unsafe_code)]
+fn queued(read: &OwnedFd) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which points
+    // to a live local; the descriptor is open for the call (borrowed).
+    let r = unsafe { libc::ioctl(read.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+impl PipePool {
+    /// Take in a pipe another process (or this one) parked: it counts as in
+    /// use until dropped, and goes back to this pool once empty if its
+    /// capacity is this pool's. Its length is what the kernel says it
+    /// holds; a different count in `parked` is an error (the pipe is not
+    /// the one it claims to be).
+    pub fn adopt(&self, parked: ParkedPipe) -> io::Result<Pipe<'_>> {
+        let len = queued(&parked.read)?;
+        if len != parked.len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a handed-over pipe holds {len} bytes, not the {} announced",
+                    parked.len
+                ),
+            ));
+        }
+        for fd in [&parked.read, &parked.write] {
+            let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+            fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        }
+        let capacity = fcntl(&parked.write, FcntlArg::F_GETPIPE_SZ)? as usize;
+        self.in_use.fetch_add(1, Ordering::Relaxed);
+        Ok(Pipe {
+            pool: self,
+            fds: Some(PipeFds {
+                read: parked.read,
+                write: parked.write,
+                capacity,
+                undersized: capacity != self.pipe_size,
+            }),
+            len,
+        })
+    }
+}
+
 impl Pipe<'_> {
+    /// Take the pipe out of its pool with its bytes (see [`ParkedPipe`]).
+    pub fn park(mut self) -> ParkedPipe {
+        let fds = self
+            .fds
+            .take()
+            .unwrap_or_else(|| unreachable!("a pipe's descriptors are taken only once"));
+        self.pool.in_use.fetch_sub(1, Ordering::Relaxed);
+        ParkedPipe {
+            read: fds.read,
+            write: fds.write,
+            len: self.len,
+        }
+    }
+
+    /// Move every byte of `other` to the end of this pipe (pipe to pipe,
+    /// in the kernel). Fails with `WouldBlock` if they do not all fit.
+    pub fn append(&mut self, other: &mut Pipe<'_>) -> io::Result<()> {
+        while other.len > 0 {
+            let n = splice(
+                &other.fds().read,
+                None,
+                &self.fds().write,
+                None,
+                other.len,
+                SpliceFFlags::SPLICE_F_NONBLOCK,
+            )?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            other.len -= n;
+            self.len += n;
+        }
+        Ok(())
+    }
+
     fn fds(&self) -> &PipeFds {
         match &self.fds {
             Some(fds) => fds,

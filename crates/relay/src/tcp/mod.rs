@@ -50,7 +50,7 @@ mod bounds;
 pub use bounds::{keepalive_params, KEEPALIVE_PROBES};
 
 use crate::counters::Counters;
-use crate::pipe::{Pipe, PipePool};
+use crate::pipe::{ParkedPipe, Pipe, PipePool};
 use bounds::Activity;
 use nix::fcntl::SpliceFFlags;
 use socket2::SockRef;
@@ -59,6 +59,7 @@ use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 
 /// The pipe size used when nothing else is configured: 1 MiB pipes moved
 /// ~10–20% more and cost less CPU per byte than the kernel's 64 KiB here.
@@ -155,13 +156,148 @@ pub async fn splice_duplex(
     counters: &Counters,
     cfg: &TcpRelayConfig,
 ) -> io::Result<()> {
+    let never = CancellationToken::new();
+    match relay_tcp(client, upstream, pool, counters, cfg, &never).await {
+        Relayed::Ended(r) => r,
+        Relayed::Parked(_) => unreachable!("a token nobody holds was cancelled"),
+    }
+}
+
+/// How [`relay_tcp`] and [`resume_tcp`] end.
+#[derive(Debug)]
+pub enum Relayed {
+    /// Both directions ended (or one failed): as [`splice_duplex`].
+    Ended(io::Result<()>),
+    /// `park` was cancelled: the relay stopped where it stood and gives
+    /// back everything it had, to be resumed by [`resume_tcp`] here or in
+    /// another process. Nothing was read that is not in the pipes.
+    Parked(ParkedTcp),
+}
+
+/// A relayed connection stopped between two syscalls: its two sockets, the
+/// pipe of each direction with the bytes in flight, and where each
+/// direction stands. Plain descriptors (no runtime), so that they can be
+/// sent to another process.
+#[derive(Debug)]
+pub struct ParkedTcp {
+    pub client: std::net::TcpStream,
+    pub upstream: std::net::TcpStream,
+    /// Client to upstream.
+    pub to_target: ParkedDirection,
+    /// Upstream to client.
+    pub to_client: ParkedDirection,
+}
+
+/// Where one direction of a parked connection stands.
+#[derive(Debug, Default)]
+pub struct ParkedDirection {
+    /// Bytes read from the source and not yet written to the destination.
+    pub pipe: Option<ParkedPipe>,
+    /// The source's end of file was read (and is passed on once the pipe
+    /// is drained).
+    pub eof: bool,
+    /// The direction is over: its end of file was passed on (a shutdown
+    /// of the destination's write side, or left to close(2) when the other
+    /// direction had passed its own on first).
+    pub done: bool,
+}
+
+/// [`splice_duplex`] that can be parked: when `park` is cancelled, each
+/// direction stops at its next wait (or yield) and the relay returns
+/// [`Relayed::Parked`] instead of closing anything. A direction that ended
+/// meanwhile is reported as done.
+pub async fn relay_tcp(
+    client: TcpStream,
+    upstream: TcpStream,
+    pool: &PipePool,
+    counters: &Counters,
+    cfg: &TcpRelayConfig,
+    park: &CancellationToken,
+) -> Relayed {
     if cfg.set_nodelay {
         // Best effort: a socket that is already reset fails at the first
         // splice.
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
     }
-    for stream in [&client, &upstream] {
+    if let Err(e) = prepare(&client, &upstream, cfg) {
+        return Relayed::Ended(Err(e));
+    }
+    let starts = [Start::default(), Start::default()];
+    run(client, upstream, starts, pool, counters, cfg, park).await
+}
+
+/// Go on with a connection parked by [`relay_tcp`] (here or in another
+/// process): register its sockets with this runtime, take its pipes into
+/// `pool` and relay as before. The bytes in the pipes are delivered first,
+/// in order. A pipe that does not hold what it claims, or a socket that
+/// cannot be registered, ends the connection with both legs reset.
+pub async fn resume_tcp(
+    parked: ParkedTcp,
+    pool: &PipePool,
+    counters: &Counters,
+    cfg: &TcpRelayConfig,
+    park: &CancellationToken,
+) -> Relayed {
+    let ParkedTcp {
+        client,
+        upstream,
+        to_target,
+        to_client,
+    } = parked;
+    let fail = |client: &std::net::TcpStream, upstream: &std::net::TcpStream, e| {
+        for s in [client, upstream] {
+            let _ = SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
+        }
+        Relayed::Ended(Err(e))
+    };
+    let mut starts = [Start::default(), Start::default()];
+    for (start, dir) in starts.iter_mut().zip([to_target, to_client]) {
+        start.eof = dir.eof;
+        start.done = dir.done;
+        if let Some(p) = dir.pipe {
+            match pool.adopt(p) {
+                Ok(p) => start.pipe = Some(p),
+                Err(e) => return fail(&client, &upstream, e),
+            }
+        }
+    }
+    let set = client
+        .set_nonblocking(true)
+        .and_then(|()| upstream.set_nonblocking(true));
+    if let Err(e) = set {
+        return fail(&client, &upstream, e);
+    }
+    let (client, upstream) = match (TcpStream::from_std(client), TcpStream::from_std(upstream)) {
+        (Ok(c), Ok(u)) => (c, u),
+        (Err(e), _) | (_, Err(e)) => return Relayed::Ended(Err(e)),
+    };
+    if let Err(e) = prepare(&client, &upstream, cfg) {
+        return Relayed::Ended(Err(e));
+    }
+    for (start, (src, dst)) in starts
+        .iter()
+        .zip([(&client, &upstream), (&upstream, &client)])
+    {
+        if start.done {
+            continue;
+        }
+        // The parking process may have left SO_RCVLOWAT raised (bulk mode)
+        // and a tail held back by SPLICE_F_MORE: start from plain ground.
+        let ground = crate::sockopt::set_rcvlowat(src, 1).and_then(|()| uncork(dst));
+        if let Err(e) = ground {
+            reset(&client);
+            reset(&upstream);
+            return Relayed::Ended(Err(e));
+        }
+    }
+    run(client, upstream, starts, pool, counters, cfg, park).await
+}
+
+/// SO_OOBINLINE, and keepalive when asked, on both legs. Fails with both
+/// legs reset.
+fn prepare(client: &TcpStream, upstream: &TcpStream, cfg: &TcpRelayConfig) -> io::Result<()> {
+    for stream in [client, upstream] {
         let sock = SockRef::from(stream);
         let set = sock
             .set_out_of_band_inline(true)
@@ -170,15 +306,59 @@ pub async fn splice_duplex(
                 None => Ok(()),
             });
         if let Err(e) = set {
-            reset(&client);
-            reset(&upstream);
+            reset(client);
+            reset(upstream);
             return Err(e);
         }
     }
+    Ok(())
+}
+
+/// Where a direction starts: fresh, or where a parked one stood.
+#[derive(Default)]
+struct Start<'p> {
+    pipe: Option<Pipe<'p>>,
+    eof: bool,
+    done: bool,
+}
+
+/// How a direction stopped without an error.
+enum DirEnd<'p> {
+    Done,
+    Parked { pipe: Option<Pipe<'p>>, eof: bool },
+}
+
+impl DirEnd<'_> {
+    fn park(self) -> ParkedDirection {
+        match self {
+            DirEnd::Done => ParkedDirection {
+                pipe: None,
+                eof: true,
+                done: true,
+            },
+            DirEnd::Parked { pipe, eof } => ParkedDirection {
+                pipe: pipe.filter(|p| !p.is_empty()).map(Pipe::park),
+                eof,
+                done: false,
+            },
+        }
+    }
+}
+
+async fn run<'p>(
+    client: TcpStream,
+    upstream: TcpStream,
+    starts: [Start<'p>; 2],
+    pool: &'p PipePool,
+    counters: &Counters,
+    cfg: &TcpRelayConfig,
+    park: &CancellationToken,
+) -> Relayed {
     let activity = Activity::new(cfg.idle_timeout.is_some());
     // Set by the direction that ends first: the second one leaves its end
     // of file to close(2), which follows at once, instead of a shutdown.
-    let ended = AtomicBool::new(false);
+    let ended = AtomicBool::new(starts.iter().any(|s| s.done));
+    let [start_target, start_client] = starts;
 
     let to_target = Direction {
         src: &client,
@@ -189,6 +369,7 @@ pub async fn splice_duplex(
         ended: &ended,
         activity: &activity,
         cfg,
+        park,
     };
     let to_client = Direction {
         src: &upstream,
@@ -199,8 +380,10 @@ pub async fn splice_duplex(
         ended: &ended,
         activity: &activity,
         cfg,
+        park,
     };
-    let relay = async { tokio::try_join!(to_target.run(), to_client.run()).map(|_| ()) };
+    let relay =
+        async { tokio::try_join!(to_target.run(start_target), to_client.run(start_client)) };
     let result = match cfg.idle_timeout {
         None => relay.await,
         Some(timeout) => tokio::select! {
@@ -216,13 +399,28 @@ pub async fn splice_duplex(
             }
         },
     };
-    if result.is_err() {
-        // The failed direction's pipe (and its bytes) is gone already; make
-        // both peers see a reset.
-        reset(&client);
-        reset(&upstream);
+    match result {
+        Ok((DirEnd::Done, DirEnd::Done)) => Relayed::Ended(Ok(())),
+        Ok((a, b)) => {
+            let (to_target, to_client) = (a.park(), b.park());
+            match (client.into_std(), upstream.into_std()) {
+                (Ok(client), Ok(upstream)) => Relayed::Parked(ParkedTcp {
+                    client,
+                    upstream,
+                    to_target,
+                    to_client,
+                }),
+                (Err(e), _) | (_, Err(e)) => Relayed::Ended(Err(e)),
+            }
+        }
+        Err(e) => {
+            // The failed direction's pipe (and its bytes) is gone already;
+            // make both peers see a reset.
+            reset(&client);
+            reset(&upstream);
+            Relayed::Ended(Err(e))
+        }
     }
-    result
 }
 
 /// Close with RST when the socket is dropped.
@@ -232,21 +430,25 @@ fn reset(stream: &TcpStream) {
 }
 
 /// One direction of a connection.
-struct Direction<'a> {
+struct Direction<'a, 'p> {
     src: &'a TcpStream,
     dst: &'a TcpStream,
-    pool: &'a PipePool,
+    pool: &'p PipePool,
     bytes: &'a AtomicU64,
     fallbacks: &'a AtomicU64,
     ended: &'a AtomicBool,
     activity: &'a Activity,
     cfg: &'a TcpRelayConfig,
+    /// Cancelled: stop at the next wait and give the state back.
+    park: &'a CancellationToken,
 }
 
 /// How the splice phase of a direction ended.
 enum Spliced<'p> {
     /// End of file passed on: the direction is done.
     Done,
+    /// Asked to park.
+    Parked { pipe: Option<Pipe<'p>>, eof: bool },
     /// Splice refused; go on with a copy. The pipe may hold bytes.
     Refused { pipe: Option<Pipe<'p>>, eof: bool },
 }
@@ -332,15 +534,28 @@ fn past_mark(src: &TcpStream, pipe: &mut Pipe<'_>, want: usize) -> io::Result<Op
     Ok(Some(n))
 }
 
-impl<'a> Direction<'a> {
-    async fn run(self) -> io::Result<()> {
-        match self.splice().await? {
-            Spliced::Done => Ok(()),
+impl<'a, 'p> Direction<'a, 'p> {
+    async fn run(self, start: Start<'p>) -> io::Result<DirEnd<'p>> {
+        if start.done {
+            return Ok(DirEnd::Done);
+        }
+        match self.splice(start.pipe, start.eof).await? {
+            Spliced::Done => Ok(DirEnd::Done),
+            Spliced::Parked { pipe, eof } => Ok(DirEnd::Parked { pipe, eof }),
             Spliced::Refused { pipe, eof } => {
                 Counters::inc(self.fallbacks);
                 tracing::debug!("splice refused, copying instead");
                 self.copy(pipe, eof).await
             }
+        }
+    }
+
+    /// `fut`, unless the relay is asked to park first (`None`).
+    async fn unless_parked<T>(&self, fut: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            biased;
+            () = self.park.cancelled() => None,
+            r = fut => Some(r),
         }
     }
 
@@ -427,9 +642,7 @@ impl<'a> Direction<'a> {
         }
     }
 
-    async fn splice(&self) -> io::Result<Spliced<'a>> {
-        let mut pipe: Option<Pipe<'a>> = None;
-        let mut eof = false;
+    async fn splice(&self, mut pipe: Option<Pipe<'p>>, mut eof: bool) -> io::Result<Spliced<'p>> {
         // The last fill took all the room: the source likely has more.
         let mut more = false;
         // The last splice into the destination carried SPLICE_F_MORE: the
@@ -445,7 +658,13 @@ impl<'a> Direction<'a> {
             if !eof {
                 if pipe.is_none() {
                     // Idle: hold no pipe until there is something to move.
-                    self.wait_readable(taken, &mut lowat).await?;
+                    let Some(ready) = self
+                        .unless_parked(self.wait_readable(taken, &mut lowat))
+                        .await
+                    else {
+                        return Ok(Spliced::Parked { pipe, eof });
+                    };
+                    ready?;
                     taken = 0;
                     pipe = Some(self.pool.acquire()?);
                 }
@@ -500,7 +719,10 @@ impl<'a> Direction<'a> {
                         Err(e) if would_block(&e) => {
                             // Backpressure: wait for the destination only;
                             // the source is not read meanwhile.
-                            self.dst.writable().await?;
+                            match self.unless_parked(self.dst.writable()).await {
+                                Some(r) => r?,
+                                None => return Ok(Spliced::Parked { pipe, eof }),
+                            }
                             budget = YIELD_EVERY;
                             continue;
                         }
@@ -522,6 +744,9 @@ impl<'a> Direction<'a> {
             if budget == 0 {
                 budget = YIELD_EVERY;
                 tokio::task::yield_now().await;
+                if self.park.is_cancelled() {
+                    return Ok(Spliced::Parked { pipe, eof });
+                }
             }
         }
     }
@@ -553,8 +778,9 @@ impl<'a> Direction<'a> {
     }
 
     /// The fallback: deliver what is left in the pipe, then copy through a
-    /// buffer of [`COPY_BUFFER_SIZE`] bytes.
-    async fn copy(&self, mut pipe: Option<Pipe<'a>>, mut eof: bool) -> io::Result<()> {
+    /// buffer of [`COPY_BUFFER_SIZE`] bytes. Parked, the bytes of the
+    /// buffer go back into a pipe, ahead of those still in the old one.
+    async fn copy(&self, mut pipe: Option<Pipe<'p>>, mut eof: bool) -> io::Result<DirEnd<'p>> {
         let mut buf = vec![0u8; COPY_BUFFER_SIZE].into_boxed_slice();
         let (mut start, mut end) = (0usize, 0usize);
         let mut budget = YIELD_EVERY;
@@ -571,12 +797,17 @@ impl<'a> Direction<'a> {
                         pipe = None;
                         if eof {
                             self.pass_eof()?;
-                            return Ok(());
+                            return Ok(DirEnd::Done);
                         }
                         match self.src.try_read(&mut buf) {
                             Ok(0) => eof = true,
                             Ok(n) => end = n,
-                            Err(e) if would_block(&e) => self.src.readable().await?,
+                            Err(e) if would_block(&e) => {
+                                match self.unless_parked(self.src.readable()).await {
+                                    Some(r) => r?,
+                                    None => return Ok(DirEnd::Parked { pipe, eof }),
+                                }
+                            }
                             Err(e) => return Err(e),
                         }
                         continue;
@@ -590,7 +821,13 @@ impl<'a> Direction<'a> {
                     self.activity.touch();
                 }
                 Err(e) if would_block(&e) => {
-                    self.dst.writable().await?;
+                    match self.unless_parked(self.dst.writable()).await {
+                        Some(r) => r?,
+                        None => {
+                            let pipe = self.rescue(&buf[start..end], pipe)?;
+                            return Ok(DirEnd::Parked { pipe, eof });
+                        }
+                    }
                     budget = YIELD_EVERY;
                     continue;
                 }
@@ -600,7 +837,32 @@ impl<'a> Direction<'a> {
             if budget == 0 {
                 budget = YIELD_EVERY;
                 tokio::task::yield_now().await;
+                if self.park.is_cancelled() {
+                    let pipe = self.rescue(&buf[start..end], pipe)?;
+                    return Ok(DirEnd::Parked { pipe, eof });
+                }
             }
         }
+    }
+
+    /// The bytes a copying direction holds, `buffered` then those left in
+    /// `pipe`, in one pipe, in that order. Fails (and the connection is
+    /// reset) if they do not fit one pipe.
+    fn rescue(&self, buffered: &[u8], pipe: Option<Pipe<'p>>) -> io::Result<Option<Pipe<'p>>> {
+        if buffered.is_empty() {
+            return Ok(pipe);
+        }
+        let mut fresh = self.pool.acquire()?;
+        let mut at = 0;
+        while at < buffered.len() {
+            match fresh.write_from(&buffered[at..])? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => at += n,
+            }
+        }
+        if let Some(mut old) = pipe {
+            fresh.append(&mut old)?;
+        }
+        Ok(Some(fresh))
     }
 }

@@ -2,6 +2,7 @@
 //! loopback, bounded in time.
 
 mod harness;
+mod park;
 mod pipe;
 mod tcp;
 mod tcp_edges;

@@ -493,10 +493,12 @@ fn the_future_of_a_connection_is_small() {
         let cfg = TcpRelayConfig::default();
         let fut = splice_duplex(a, b, &pool, &counters, &cfg);
         // An idle connection costs its future and two registrations; the
-        // issue's budget is 4 KiB of user space per idle connection.
+        // issue's budget is 4 KiB of user space per idle connection. Each
+        // wait also listens for a hand-over's park request, which took the
+        // future from 1.7 KB to 3.4 KB (release and debug alike).
         let size = std::mem::size_of_val(&fut);
         eprintln!("splice_duplex future: {size} bytes");
-        assert!(size <= 2048, "splice_duplex future is {size} bytes");
+        assert!(size <= 3584, "splice_duplex future is {size} bytes");
     });
 }
 
