@@ -33,6 +33,7 @@ use std::time::Duration;
 use tokio::io::Interest;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
 
 /// Largest datagram relayed; longer ones are dropped and counted.
 pub const MAX_DATAGRAM: usize = mmsg::DATAGRAM_SIZE;
@@ -103,6 +104,56 @@ pub async fn serve_udp(
     refuse: Arc<RefuseFn>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
+    let never = CancellationToken::new();
+    let forward = UdpForward {
+        listener,
+        sessions: Vec::new(),
+    };
+    relay_udp(
+        forward, target, source, cfg, counters, refuse, shutdown, &never,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// A UDP forward's listener and sessions, as [`relay_udp`] parked them (or
+/// a listener alone, to start with). Plain descriptors: they can be sent
+/// to another process.
+#[derive(Debug)]
+pub struct UdpForward {
+    pub listener: std::net::UdpSocket,
+    pub sessions: Vec<ParkedSession>,
+}
+
+/// A UDP session stopped by a park: its client, the address the client
+/// wrote to, its connected upstream socket, and how long it was idle.
+#[derive(Debug)]
+pub struct ParkedSession {
+    pub peer: SocketAddr,
+    /// Where the client's datagrams were addressed (answers come from
+    /// there), when the listener is on a wildcard address.
+    pub local: Option<std::net::IpAddr>,
+    pub socket: std::net::UdpSocket,
+    pub idle_ms: u64,
+}
+
+/// [`serve_udp`] from a parked forward's state, and parkable: when `park`
+/// is cancelled, the relay stops reading and returns the listener and the
+/// sessions that have their socket (`Some`); datagrams that arrive
+/// meanwhile wait in the kernel's socket buffers. `None`: `shutdown`
+/// resolved and every session was closed.
+#[allow(clippy::too_many_arguments)]
+pub async fn relay_udp(
+    forward: UdpForward,
+    target: SocketAddr,
+    source: Arc<dyn SocketSource>,
+    cfg: UdpConfig,
+    counters: Arc<Counters>,
+    refuse: Arc<RefuseFn>,
+    shutdown: impl Future<Output = ()> + Send,
+    park: &CancellationToken,
+) -> io::Result<Option<UdpForward>> {
+    let UdpForward { listener, sessions } = forward;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
     enable_pktinfo(&listener, local)?;
@@ -136,6 +187,9 @@ pub async fn serve_udp(
     // MAX_HOLD at most) until the client's socket is there.
     let mut holding = false;
     let mut hold_timer = std::pin::pin!(tokio::time::sleep(MAX_HOLD));
+    for s in sessions {
+        table.adopt(s);
+    }
 
     let result = loop {
         let crowded = table.crowded();
@@ -150,7 +204,8 @@ pub async fn serve_udp(
         let hold = holding && !hold_timer.is_elapsed();
         tokio::select! {
             biased;
-            () = &mut shutdown => break Ok(()),
+            () = &mut shutdown => break Ok(false),
+            () = park.cancelled() => break Ok(true),
             Some(created) = created_rx.recv() => table.created(created),
             _ = sweep.tick() => table.sweep(idle_ms),
             () = &mut hold_timer, if hold => {}
@@ -162,8 +217,14 @@ pub async fn serve_udp(
             }
         }
     };
+    if let Ok(true) = result {
+        let sessions = table.park().await;
+        // A second descriptor: this one goes with the table's Arc.
+        let listener = std::net::UdpSocket::from(listener.as_fd().try_clone_to_owned()?);
+        return Ok(Some(UdpForward { listener, sessions }));
+    }
     table.close().await;
-    result
+    result.map(|_| None)
 }
 
 /// Read the listener until it would block (or for [`ROUNDS`] batches, or,

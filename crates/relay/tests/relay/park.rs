@@ -244,3 +244,119 @@ fn a_half_closed_connection_keeps_its_half_close_across_parks() {
         "no park saw the client's direction done"
     );
 }
+
+/// UDP: a forward parked with 20 sessions, a datagram from each client
+/// sent while nothing reads, then resumed in another runtime: every
+/// datagram is answered, through the same upstream sockets (the target
+/// sees no new peer), and no session is made again.
+#[test]
+fn a_udp_forward_parked_and_resumed_keeps_its_sessions_and_queued_datagrams() {
+    use edgelink_relay::{relay_udp, UdpConfig, UdpForward};
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use tokio::net::UdpSocket;
+
+    let rt = runtime();
+    let peers: Arc<Mutex<HashSet<SocketAddr>>> = Arc::default();
+    let (target, clients, listener) = rt.block_on(async {
+        let t = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let target = t.local_addr().unwrap();
+        let seen = peers.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            while let Ok((n, from)) = t.recv_from(&mut buf).await {
+                seen.lock().unwrap().insert(from);
+                let _ = t.send_to(&buf[..n], from).await;
+            }
+        });
+        let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..20 {
+            let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            c.connect(at).await.unwrap();
+            clients.push(c);
+        }
+        (target, clients, listener)
+    });
+    let round = |clients: &[UdpSocket], tag: &str| {
+        rt.block_on(async {
+            for (i, c) in clients.iter().enumerate() {
+                let msg = format!("{tag} {i}");
+                let mut buf = [0u8; 64];
+                let mut ok = false;
+                for _ in 0..3 {
+                    c.send(msg.as_bytes()).await.unwrap();
+                    if let Ok(Ok(n)) = timeout(Duration::from_secs(2), c.recv(&mut buf)).await {
+                        assert_eq!(&buf[..n], msg.as_bytes());
+                        ok = true;
+                        break;
+                    }
+                }
+                assert!(ok, "no answer to {msg}");
+            }
+        })
+    };
+    let run = |forward: UdpForward, before: &dyn Fn()| -> (UdpForward, Arc<Counters>) {
+        let relay_rt = runtime();
+        let counters = Arc::new(Counters::default());
+        let park = CancellationToken::new();
+        let (c, p) = (counters.clone(), park.clone());
+        let task = relay_rt.spawn(async move {
+            relay_udp(
+                forward,
+                target,
+                Arc::new(LocalSource::default()),
+                UdpConfig::default(),
+                c,
+                Arc::new(|_, _| false),
+                std::future::pending(),
+                &p,
+            )
+            .await
+        });
+        before();
+        park.cancel();
+        let parked = relay_rt
+            .block_on(async { timeout(Duration::from_secs(5), task).await })
+            .expect("park stuck")
+            .unwrap()
+            .expect("relay_udp failed")
+            .expect("parked, not stopped");
+        (parked, counters)
+    };
+    let first = UdpForward {
+        listener,
+        sessions: Vec::new(),
+    };
+    let (parked, counters) = run(first, &|| round(&clients, "before"));
+    assert_eq!(parked.sessions.len(), 20);
+    assert_eq!(Counters::get(&counters.udp_sessions_total), 20);
+    // Sent while parked: waits in the listener's buffer.
+    rt.block_on(async {
+        for (i, c) in clients.iter().enumerate() {
+            c.send(format!("parked {i}").as_bytes()).await.unwrap();
+        }
+    });
+    let (parked, counters) = run(parked, &|| {
+        rt.block_on(async {
+            for (i, c) in clients.iter().enumerate() {
+                let mut buf = [0u8; 64];
+                let n = timeout(Duration::from_secs(5), c.recv(&mut buf))
+                    .await
+                    .expect("the datagram sent while parked was lost")
+                    .unwrap();
+                assert_eq!(&buf[..n], format!("parked {i}").as_bytes());
+            }
+        });
+        round(&clients, "after");
+    });
+    assert_eq!(parked.sessions.len(), 20);
+    assert_eq!(
+        Counters::get(&counters.udp_sessions_total),
+        0,
+        "sessions were made again"
+    );
+    assert_eq!(Counters::get(&counters.udp_drops), 0);
+    assert_eq!(peers.lock().unwrap().len(), 20, "the target saw new peers");
+}
