@@ -1,0 +1,65 @@
+//! edgelinkd's hand-over protocol: how a running daemon gives its
+//! listeners, live connections and UDP sessions to the one that replaces
+//! it, without a byte going through user space.
+//!
+//! The new daemon (`edgelinkd run --takeover`) connects to the running
+//! one's control socket, writes the line `handover`, and from then on both
+//! speak in frames over that Unix stream socket:
+//!
+//! ```text
+//! new → old   Hello     { protocol, version, instance }
+//! old → new   Welcome   { protocol, version, instance }   or Refused { reason, code }
+//! old → new   Inventory { fds: N, state }                 then N descriptors,
+//!                                                          in Fds frames of at most 253
+//! new → old   Confirm                                     or Abort { reason }
+//! ```
+//!
+//! A frame is a 4-byte big-endian length and that many bytes of JSON
+//! ([`Message`]); descriptors ride on `Fds` frames as SCM_RIGHTS ancillary
+//! data ([`MAX_FDS_PER_FRAME`] at most each, the kernel's SCM_MAX_FD).
+//! The [`State`] refers to descriptors by their index in that sequence
+//! ([`Fd`]); [`State::check`] makes sure each index exists and is used
+//! once, so a peer cannot make one socket serve twice.
+//!
+//! Versioning: [`PROTOCOL`] changes whenever a message or the meaning of a
+//! field changes. The old daemon refuses a peer of another protocol with
+//! [`RefusalCode::Protocol`] and keeps running.
+
+mod channel;
+mod message;
+
+pub use channel::{Channel, Received};
+pub use message::*;
+
+/// The hand-over protocol this build speaks.
+pub const PROTOCOL: u32 = 1;
+
+/// The line that turns a control-socket connection into a hand-over.
+pub const HANDOVER_LINE: &str = "handover";
+
+/// Descriptors per SCM_RIGHTS message at most (Linux's SCM_MAX_FD).
+pub const MAX_FDS_PER_FRAME: usize = 253;
+
+/// Largest frame accepted: an inventory of 100,000 connections is ~30 MB.
+pub const MAX_FRAME: usize = 64 << 20;
+
+/// Descriptors in one hand-over at most.
+pub const MAX_FDS: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("hand-over socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("malformed hand-over message: {0}")]
+    Malformed(String),
+    #[error("hand-over frame of {0} bytes is larger than the {MAX_FRAME} allowed")]
+    TooLarge(usize),
+    #[error("the peer closed the hand-over connection {0}")]
+    Closed(&'static str),
+    #[error("expected {expected}, got {got}")]
+    Unexpected { expected: &'static str, got: String },
+    #[error("the running edgelinkd refused the hand-over: {reason}")]
+    Refused { reason: String, code: RefusalCode },
+    #[error("the new edgelinkd aborted the hand-over: {0}")]
+    Aborted(String),
+}
