@@ -153,6 +153,20 @@ pub struct RunArgs {
     /// How often to look for attachments whose netns is gone (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
     pub reconcile_interval: Duration,
+    /// Take over from the edgelinkd running on this state dir, if one
+    /// answers on its control socket: its listeners, live connections and
+    /// UDP sessions move to this process, which serves them on, and it
+    /// exits. Without one, start afresh.
+    #[arg(long)]
+    pub takeover: bool,
+    /// Who this daemon is, for hand-overs (a DaemonSet passes the pod's
+    /// UID): a daemon never takes back what it handed over. Default: the
+    /// process ID and start time.
+    #[arg(long, env = "EDGELINKD_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+    /// The hand-over protocol to announce (tests of a mismatch only).
+    #[arg(long, hide = true, default_value_t = edgelink_handover::PROTOCOL)]
+    pub handover_protocol: u32,
     /// On SIGTERM, how long existing connections may drain (seconds).
     #[arg(long, default_value = "20", value_parser = secs)]
     pub grace_period: Duration,

@@ -20,8 +20,19 @@ pub fn bind(d: &Daemon) -> anyhow::Result<UnixListener> {
 }
 
 pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
+    // A connection that asked for a hand-over comes back here: the
+    // hand-over runs in this loop, which accepts nothing meanwhile (the
+    // listener goes with it), and returns only if it failed.
+    let (handover_tx, mut handover_rx) = tokio::sync::mpsc::channel::<tokio::net::UnixStream>(1);
     loop {
-        let (stream, lease) = match l.accept().await {
+        let accepted = tokio::select! {
+            Some(stream) = handover_rx.recv() => {
+                crate::handover::give(&d, stream, &l).await;
+                continue;
+            }
+            r = l.accept() => r,
+        };
+        let (stream, lease) = match accepted {
             Ok((s, _)) => (s, None),
             Err(e) => match accept_at_limit(&l, &d, e).await {
                 Some(accepted) => accepted,
@@ -29,6 +40,7 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
             },
         };
         let d = d.clone();
+        let handover = handover_tx.clone();
         tokio::spawn(async move {
             // The reserve (if this request needed it) is taken back once
             // the request is answered: `reap` opens a netns and a netlink
@@ -36,12 +48,21 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
             let _lease = lease;
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
+            let mut reader = BufReader::new(r);
             let read = tokio::time::timeout(
                 std::time::Duration::from_secs(2),
-                BufReader::new(r).read_line(&mut line),
+                reader.read_line(&mut line),
             )
             .await;
             if !matches!(read, Ok(Ok(_))) {
+                return;
+            }
+            if line.trim_end() == edgelink_handover::HANDOVER_LINE {
+                // The peer waits for our answer before its first frame:
+                // nothing of it is in the reader's buffer.
+                if let Ok(stream) = reader.into_inner().reunite(w) {
+                    let _ = handover.send(stream).await;
+                }
                 return;
             }
             if let Some(rest) = line.strip_prefix("reap ") {
@@ -64,7 +85,7 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
                     }
                     serde_json::to_string(&r).unwrap_or_default()
                 }
-                _ => "error: expected `rescan`, `check <containerID> <ifname>` or `reap <ifindex> <name> <netns>`"
+                _ => "error: expected `rescan`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
                     .to_string(),
             };
             let _ = w.write_all(format!("{answer}\n").as_bytes()).await;

@@ -85,6 +85,7 @@ impl Attachment {
     ) -> Option<(forward::Ctx, Vec<JoinHandle<()>>)> {
         let (factory, private) = self.sockets.as_ref()?;
         let ctx = forward::Ctx {
+            attachment: (self.record.container_id.clone(), self.record.ifname.clone()),
             shared: shared.clone(),
             factory: factory.clone(),
             forward: self.forwards.get(i)?.clone(),
@@ -144,12 +145,19 @@ pub struct Daemon {
     pub changes: watch::Sender<u64>,
     /// One reconcile pass at a time.
     pass: tokio::sync::Mutex<()>,
+    /// Who this daemon is in a hand-over (`--instance-id`).
+    pub instance: String,
+    /// The instance this daemon took over from: never handed back to it.
+    pub taken_from: Mutex<Option<String>>,
+    /// A hand-over is under way.
+    pub handing_over: AtomicBool,
     /// What /status warns of (set by each pass).
     warnings: Mutex<Vec<String>>,
 }
 
 impl Daemon {
     pub fn new(args: RunArgs, node: String, workers: Arc<Workers>) -> Arc<Daemon> {
+        let args_instance = args.instance_id.clone();
         let pipes = PipePool::new(args.pipe_size, 256);
         let shared = Arc::new(Shared {
             args: args.clone(),
@@ -157,6 +165,7 @@ impl Daemon {
             fds: FdReserve::new(FD_RESERVE),
             connections: AtomicU64::new(0),
             workers,
+            lot: Arc::default(),
         });
         Arc::new(Daemon {
             args,
@@ -175,6 +184,9 @@ impl Daemon {
             nudge: Notify::new(),
             changes: watch::channel(0).0,
             pass: tokio::sync::Mutex::new(()),
+            instance: instance_id(&args_instance),
+            taken_from: Mutex::new(None),
+            handing_over: AtomicBool::new(false),
             warnings: Mutex::new(Vec::new()),
         })
     }
@@ -184,17 +196,28 @@ impl Daemon {
     /// (on every worker), on the next pass. Connections on the other
     /// workers go on.
     pub fn worker_died(&self, slot: usize) {
+        self.listen_again(&format!("worker {slot} died: listening again"));
+        self.worker_replacements.fetch_add(1, Ordering::Relaxed);
+        self.nudge.notify_one();
+    }
+
+    /// Every relay forward that was listening starts again on the next
+    /// pass (from what the hand-over lot holds for it, if anything).
+    pub fn listen_again(&self, why: &str) {
         for a in self.map().values() {
             // The kernel path's forwards have no listener on a worker.
             for f in a.forwards.iter().filter(|f| f.spec.path.is_relay()) {
                 if f.lock().listener == "listening" {
-                    f.error(format!("worker {slot} died: listening again"));
+                    f.error(why);
                     f.set_listener("failed");
                 }
             }
         }
-        self.worker_replacements.fetch_add(1, Ordering::Relaxed);
-        self.nudge.notify_one();
+    }
+
+    /// No reconcile pass runs while this is held (a hand-over).
+    pub async fn hold_passes(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.pass.lock().await
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Attachment>> {
@@ -630,4 +653,16 @@ impl Daemon {
             pod = ?a.record.pod_name, forwards = a.forwards.len(), "serving attachment");
         a
     }
+}
+
+/// This daemon's name in hand-overs: `--instance-id`, else the process ID
+/// and the time it started.
+pub fn instance_id(given: &Option<String>) -> String {
+    given.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        format!("pid-{}-{t}", std::process::id())
+    })
 }

@@ -6,11 +6,12 @@ use crate::config::RunArgs;
 use crate::factory::Factory;
 use crate::fds::FdReserve;
 use crate::model::ForwardRuntime;
+use crate::parking::{Adopted, ForwardId, Guard, Item, Lot, ParkedConn};
 use crate::protect::Admission;
 use crate::sockopt;
 use crate::workers::Workers;
 use edgelink_attachment::{ForwardPath, Protocol, Record};
-use edgelink_relay::{Counters, PipePool, TcpRelayConfig, UdpConfig};
+use edgelink_relay::{Counters, PipePool, Relayed, TcpRelayConfig, UdpConfig, UdpForward};
 use ipnetwork::IpNetwork;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
@@ -78,9 +79,14 @@ pub struct Shared {
     pub connections: AtomicU64,
     /// The runtimes that serve connections, one per worker thread.
     pub workers: Arc<Workers>,
+    /// Where a hand-over parks what the forwards hold, and where the
+    /// forwards find what was handed to this daemon.
+    pub lot: Arc<Lot>,
 }
 
 pub struct Ctx {
+    /// The attachment's container ID and interface.
+    pub attachment: (String, String),
     pub shared: Arc<Shared>,
     pub factory: Arc<Factory>,
     pub forward: Arc<ForwardRuntime>,
@@ -113,16 +119,6 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         tracing::warn!(forward = %spec.name, target = %spec.target, "target outside allowedTargets: not serving");
         return Vec::new();
     }
-    let mut addrs = vec![SocketAddr::new(
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        spec.port,
-    )];
-    // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
-    // device too; a pod without IPv6 simply has no such listener.
-    addrs.push(SocketAddr::new(
-        IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        spec.port,
-    ));
     let workers = ctx.shared.workers.clone();
     let stream = spec.protocol == Protocol::Tcp;
     // TCP: a listener on every worker. UDP: one socket on one worker (the
@@ -133,43 +129,62 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     } else {
         vec![usize::from(spec.port) % workers.len()]
     };
-    let reuse_port = on.len() > 1;
-    // Every listener first, one per worker and address: the IPv4 ones are
-    // required (and the IPv6 ones for an IPv6 target). A forward comes up
-    // whole or not at all: failed, it is retried on the next pass.
-    let mut socks = Vec::new();
-    'addrs: for addr in addrs {
-        let mut these = Vec::new();
-        for &w in &on {
-            match ctx.factory.listener(addr, stream, reuse_port).await {
-                Ok(s) => these.push((w, s)),
-                Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() => {
-                    tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
-                    continue 'addrs;
-                }
-                Err(e) => {
-                    f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
-                    tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
-                    f.set_listener("failed");
-                    return Vec::new();
-                }
+    // Handed over (another daemon's, or ours after a hand-over that
+    // failed): its sockets, as they are, instead of new ones.
+    let adopted = ctx
+        .shared
+        .lot
+        .claim(&ctx.id())
+        .filter(|a| adopted_fits(a, spec.port, stream));
+    let socks = match adopted {
+        Some(a) => {
+            tracing::info!(forward = %spec.name, listeners = a.listeners.len() + a.udp.len(),
+                connections = a.conns.len(), sessions = a.udp.iter().map(|u| u.sessions.len()).sum::<usize>(),
+                "serving what was handed over");
+            let mut socks: Vec<(usize, Sock)> = Vec::new();
+            for (i, l) in a.listeners.into_iter().enumerate() {
+                socks.push((on[i % on.len()], Sock::Tcp(l)));
             }
+            for u in a.udp {
+                socks.push((on[0], Sock::Udp(u)));
+            }
+            for (i, c) in a.conns.into_iter().enumerate() {
+                let Some(slot) = Slot::take(&ctx) else {
+                    drop_conn(c);
+                    continue;
+                };
+                let c2 = ctx.clone_for();
+                let guard = ctx.shared.lot.guard();
+                workers.spawn(
+                    on[i % on.len()],
+                    async move { resumed(c, c2, slot, guard).await }.instrument(
+                        tracing::debug_span!("conn", forward = %spec.name, resumed = true),
+                    ),
+                );
+            }
+            socks
         }
-        socks.extend(these);
-    }
+        None => match bind(&ctx, &on).await {
+            Some(s) => s,
+            None => return Vec::new(),
+        },
+    };
     let mut tasks = Vec::new();
     for (w, sock) in socks {
         let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %spec.target, worker = w);
-        let task = match spec.protocol {
-            Protocol::Tcp => {
-                let std: std::net::TcpListener = sock.into();
+        let task = match sock {
+            Sock::Tcp(std) => {
                 let c = ctx.clone_for();
+                let guard = ctx.shared.lot.guard();
                 workers.spawn(
                     w,
                     async move {
                         // Registered with this worker's runtime: here.
-                        match tokio::net::TcpListener::from_std(std) {
-                            Ok(l) => accept_loop(l, c).await,
+                        let registered = std
+                            .set_nonblocking(true)
+                            .and_then(|()| tokio::net::TcpListener::from_std(std));
+                        match registered {
+                            Ok(l) => accept_loop(l, c, guard).await,
                             Err(e) => {
                                 c.forward.error(e);
                                 c.forward.set_listener("failed");
@@ -179,7 +194,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                     .instrument(span),
                 )
             }
-            Protocol::Udp => {
+            Sock::Udp(forward) => {
                 let cfg = UdpConfig {
                     idle_timeout: ctx.shared.args.udp_idle_timeout,
                     max_sessions: ctx.shared.args.udp_max_sessions as usize,
@@ -194,28 +209,27 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                 let source: Arc<dyn edgelink_relay::SocketSource> = ctx.factory.clone();
                 let target = spec.target;
                 let counters = f.counters.clone();
+                let (lot, id, guard) = (ctx.shared.lot.clone(), ctx.id(), ctx.shared.lot.guard());
+                let park = lot.token();
                 workers.spawn(
                     w,
                     async move {
+                        let _guard = guard;
                         let shutdown = async move {
                             let _ = stop.wait_for(|s| *s).await;
                         };
-                        if let Err(e) = edgelink_relay::serve_udp(
-                            sock.into(),
-                            target,
-                            source,
-                            cfg,
-                            counters,
-                            refuse,
-                            shutdown,
+                        match edgelink_relay::relay_udp(
+                            forward, target, source, cfg, counters, refuse, shutdown, &park,
                         )
                         .await
                         {
-                            tracing::warn!(error = %e, "UDP relay stopped");
-                            fr.error(e);
-                            fr.set_listener("failed");
-                        } else {
-                            fr.set_listener("stopped");
+                            Ok(Some(parked)) => lot.park(Item::Udp(id, parked)),
+                            Ok(None) => fr.set_listener("stopped"),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "UDP relay stopped");
+                                fr.error(e);
+                                fr.set_listener("failed");
+                            }
                         }
                     }
                     .instrument(span),
@@ -231,9 +245,123 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     tasks
 }
 
+/// A forward's socket, new or handed over, with the worker it goes to.
+enum Sock {
+    Tcp(std::net::TcpListener),
+    Udp(UdpForward),
+}
+
+/// New listeners, one per worker in `on` and address: the IPv4 ones are
+/// required (and the IPv6 ones for an IPv6 target). A forward comes up
+/// whole or not at all: `None` (failed, retried on the next pass).
+async fn bind(ctx: &Ctx, on: &[usize]) -> Option<Vec<(usize, Sock)>> {
+    let f = &ctx.forward;
+    let spec = &f.spec;
+    let stream = spec.protocol == Protocol::Tcp;
+    let reuse_port = on.len() > 1;
+    // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
+    // device too; a pod without IPv6 simply has no such listener.
+    let addrs = [
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
+        SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
+    ];
+    let mut socks = Vec::new();
+    'addrs: for addr in addrs {
+        let mut these = Vec::new();
+        for &w in on {
+            match ctx.factory.listener(addr, stream, reuse_port).await {
+                Ok(s) => these.push((
+                    w,
+                    if stream {
+                        Sock::Tcp(s.into())
+                    } else {
+                        Sock::Udp(UdpForward {
+                            listener: s.into(),
+                            sessions: Vec::new(),
+                        })
+                    },
+                )),
+                Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() => {
+                    tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
+                    continue 'addrs;
+                }
+                Err(e) => {
+                    f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
+                    tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
+                    f.set_listener("failed");
+                    return None;
+                }
+            }
+        }
+        socks.extend(these);
+    }
+    Some(socks)
+}
+
+/// Whether handed-over sockets are this forward's: listeners of its
+/// protocol on its port. (A record that changed between the two daemons
+/// makes new ones; the old ones are dropped with what no forward claims.)
+fn adopted_fits(a: &Adopted, port: u16, stream: bool) -> bool {
+    let tcp_ok = a
+        .listeners
+        .iter()
+        .all(|l| l.local_addr().is_ok_and(|x| x.port() == port));
+    let udp_ok = a
+        .udp
+        .iter()
+        .all(|u| u.listener.local_addr().is_ok_and(|x| x.port() == port));
+    let has = if stream {
+        !a.listeners.is_empty() && a.udp.is_empty()
+    } else {
+        !a.udp.is_empty() && a.listeners.is_empty() && a.conns.is_empty()
+    };
+    if !(has && tcp_ok && udp_ok) {
+        if !a.is_empty() {
+            tracing::warn!(
+                port,
+                "handed-over sockets do not fit the forward's record: new ones are made"
+            );
+            drop_adopted(a);
+        }
+        return false;
+    }
+    true
+}
+
+fn drop_adopted(a: &Adopted) {
+    for c in &a.conns {
+        reset_conn(c);
+    }
+}
+
+/// Reset a handed-over connection nobody will serve.
+fn reset_conn(c: &ParkedConn) {
+    let socks: Vec<socket2::SockRef<'_>> = match c {
+        ParkedConn::Relaying(p) => vec![(&p.client).into(), (&p.upstream).into()],
+        ParkedConn::Pending(s) => vec![s.into()],
+    };
+    for s in socks {
+        let _ = s.set_linger(Some(Duration::ZERO));
+    }
+}
+
+fn drop_conn(c: ParkedConn) {
+    tracing::debug!("the daemon's connection cap is reached: a handed-over connection is reset");
+    reset_conn(&c);
+}
+
 impl Ctx {
+    pub fn id(&self) -> ForwardId {
+        (
+            self.attachment.0.clone(),
+            self.attachment.1.clone(),
+            self.forward.spec.name.clone(),
+        )
+    }
+
     fn clone_for(&self) -> Ctx {
         Ctx {
+            attachment: self.attachment.clone(),
             shared: self.shared.clone(),
             factory: self.factory.clone(),
             forward: self.forward.clone(),
@@ -245,10 +373,21 @@ impl Ctx {
     }
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
+async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx, guard: Guard) {
     let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
     let mut warned: Option<std::time::Instant> = None;
+    let park = ctx.shared.lot.token();
     loop {
+        if park.is_cancelled() {
+            // A hand-over: the listener goes as it is, with the
+            // connections waiting in its queue.
+            match listener.into_std() {
+                Ok(l) => ctx.shared.lot.park(Item::Listener(ctx.id(), l)),
+                Err(e) => tracing::warn!(error = %e, "cannot hand a listener over"),
+            }
+            drop(guard);
+            return;
+        }
         let fds = &ctx.shared.fds;
         if !fds.whole() {
             fds.refill();
@@ -263,6 +402,8 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
             }
         }
         let accepted = tokio::select! {
+            biased;
+            () = park.cancelled() => continue,
             r = listener.accept() => r,
             _ = ctx.stop.wait_for(|s| *s) => break,
         };
@@ -298,8 +439,9 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx) {
             continue;
         };
         let c = ctx.clone_for();
+        let g = ctx.shared.lot.guard();
         tokio::spawn(
-            async move { connection(client, c, slot).await }
+            async move { connection(client, c, slot, g).await }
                 .instrument(tracing::debug_span!("conn", %peer)),
         );
     }
@@ -371,92 +513,188 @@ impl Drop for ResetUnlessDone {
     }
 }
 
-async fn connection(client: tokio::net::TcpStream, ctx: Ctx, _slot: Slot) {
+async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: Guard) {
     let f = &ctx.forward;
     let c = &f.counters;
     Counters::inc(&c.total);
     let reset = |client: &tokio::net::TcpStream| {
         let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
     };
-    // Under `maxConnections`, wait for a place (first in, first out); the
-    // permit is held until the relay ends.
-    let _permit = match f.protection.admit(&client).await {
+    let park = ctx.shared.lot.token();
+    // Admission under `maxConnections` (first in, first out; the permit is
+    // held until the relay ends), then the connect. A hand-over meanwhile
+    // takes the client as it is: the next daemon does both again.
+    let setup = tokio::select! {
+        biased;
+        () = park.cancelled() => None,
+        r = admit_and_connect(&ctx, &client) => Some(r),
+    };
+    let Some(setup) = setup else {
+        match client.into_std() {
+            Ok(s) => ctx
+                .shared
+                .lot
+                .park(Item::Conn(ctx.id(), ParkedConn::Pending(s))),
+            Err(e) => tracing::debug!(error = %e, "cannot hand a waiting connection over"),
+        }
+        drop((slot, guard));
+        return;
+    };
+    let (permit, upstream) = match setup {
+        Setup::Go(permit, upstream) => (permit, upstream),
+        Setup::Refused => return reset(&client),
+        Setup::Left => return,
+    };
+    let cfg = relay_config(&ctx);
+    let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
+    let pipes = ctx.shared.pipes.clone();
+    let run = edgelink_relay::relay_tcp(client, upstream, &pipes, c, &cfg, &park);
+    finish(
+        &ctx,
+        relay(run, fds, ctx.close.clone()).await,
+        (slot, guard, permit),
+    );
+}
+
+/// How admission and the connect ended.
+enum Setup {
+    Go(
+        Option<tokio::sync::OwnedSemaphorePermit>,
+        tokio::net::TcpStream,
+    ),
+    /// Queue timeout, full queue, or the target cannot be reached: the
+    /// client is reset.
+    Refused,
+    /// The client left the queue.
+    Left,
+}
+
+async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
+    let f = &ctx.forward;
+    let permit = match f.protection.admit(client).await {
         Admission::Go(p) => p,
         Admission::TimedOut => {
             tracing::debug!("waited longer than the queue timeout: reset");
-            return reset(&client);
+            return Setup::Refused;
         }
         Admission::Full => {
             tracing::debug!("queue full: reset");
-            return reset(&client);
+            return Setup::Refused;
         }
-        Admission::Left => return,
+        Admission::Left => return Setup::Left,
     };
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
     let target = f.spec.target;
-    let upstream = match connect_with_header(&ctx, &client, target).await {
+    match connect_with_header(ctx, client, target).await {
         Ok(s) => {
             f.reach(true, None);
-            s
+            Setup::Go(permit, s)
         }
         Err(e) => {
-            Counters::inc(&c.connect_errors);
+            Counters::inc(&f.counters.connect_errors);
             f.error(format!("connect {target}: {e}"));
             f.reach(false, Some(e.to_string()));
             tracing::debug!(error = %e, "connect to the target failed");
             // The client sees a reset at once, as if the target refused.
-            return reset(&client);
+            Setup::Refused
         }
-    };
-    let args = &ctx.shared.args;
-    let cfg = TcpRelayConfig {
-        pipe_size: args.pipe_size,
-        bulk_lowat: args.bulk_lowat,
-        set_nodelay: false,
-        idle_timeout: f.idle_timeout,
-        keepalive: (!args.tcp_keepalive.is_zero()).then_some(args.tcp_keepalive),
-        ..Default::default()
-    };
-    let close = ctx.close.clone();
-    match relay(client, upstream, &ctx.shared.pipes, c, &cfg, close).await {
-        Some(Ok(())) => {}
-        // Reset on both legs and counted in `idle_timeouts` by the relay.
-        Some(Err(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
-            tracing::debug!(error = %e, "connection idle for too long: reset");
-        }
-        Some(Err(e)) => {
-            Counters::inc(&c.errors);
-            tracing::debug!(error = %e, "connection ended with an error");
-        }
-        None => tracing::debug!("attachment stopped: connection reset"),
     }
 }
 
-/// Relay `client` and `upstream` until both directions end (`Some`, with
-/// the relay's result), or until `close` is set (`None`): the attachment is
-/// gone (DEL, netns gone, record changed) or the grace period of a SIGTERM
-/// is over, and its connections end with it, so that nothing keeps the
-/// pod's namespace alive. Ended that way, or dropped (the task aborted),
-/// both sockets are reset: bytes in flight are lost.
+fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
+    let args = &ctx.shared.args;
+    TcpRelayConfig {
+        pipe_size: args.pipe_size,
+        bulk_lowat: args.bulk_lowat,
+        set_nodelay: false,
+        idle_timeout: ctx.forward.idle_timeout,
+        keepalive: (!args.tcp_keepalive.is_zero()).then_some(args.tcp_keepalive),
+        ..Default::default()
+    }
+}
+
+/// A connection handed over to this daemon (or back to it).
+async fn resumed(conn: ParkedConn, ctx: Ctx, slot: Slot, guard: Guard) {
+    match conn {
+        ParkedConn::Pending(s) => {
+            let client = s
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpStream::from_std(s));
+            match client {
+                Ok(client) => connection(client, ctx, slot, guard).await,
+                Err(e) => tracing::debug!(error = %e, "a handed-over connection is unusable"),
+            }
+        }
+        ParkedConn::Relaying(p) => {
+            // Its place under `maxConnections`, if there is one free; it is
+            // relayed either way (its target holds it already).
+            let permit = ctx.forward.protection.try_take();
+            let cfg = relay_config(&ctx);
+            let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
+            let park = ctx.shared.lot.token();
+            let pipes = ctx.shared.pipes.clone();
+            let c = &ctx.forward.counters;
+            let run = edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park);
+            finish(
+                &ctx,
+                relay(run, fds, ctx.close.clone()).await,
+                (slot, guard, permit),
+            );
+        }
+    }
+}
+
+/// After the relay: count how it ended, or park it.
+fn finish(
+    ctx: &Ctx,
+    r: Option<Relayed>,
+    held: (Slot, Guard, Option<tokio::sync::OwnedSemaphorePermit>),
+) {
+    let c = &ctx.forward.counters;
+    match r {
+        Some(Relayed::Ended(Ok(()))) => {}
+        // Reset on both legs and counted in `idle_timeouts` by the relay.
+        Some(Relayed::Ended(Err(e))) if e.kind() == std::io::ErrorKind::TimedOut => {
+            tracing::debug!(error = %e, "connection idle for too long: reset");
+        }
+        Some(Relayed::Ended(Err(e))) => {
+            Counters::inc(&c.errors);
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+        Some(Relayed::Parked(p)) => {
+            ctx.shared
+                .lot
+                .park(Item::Conn(ctx.id(), ParkedConn::Relaying(p)));
+        }
+        None => tracing::debug!("attachment stopped: connection reset"),
+    }
+    // The guard last: a hand-over waits for it, and the item is in the lot.
+    let (slot, guard, permit) = held;
+    drop((slot, permit));
+    drop(guard);
+}
+
+/// Run a relay until it ends or parks (`Some`), or until `close` is set
+/// (`None`): the attachment is gone (DEL, netns gone, record changed) or
+/// the grace period of a SIGTERM is over, and its connections end with
+/// it, so that nothing keeps the pod's namespace alive. Ended that way, or
+/// dropped (the task aborted), both sockets (`fds`) are reset: bytes in
+/// flight are lost.
 async fn relay(
-    client: tokio::net::TcpStream,
-    upstream: tokio::net::TcpStream,
-    pipes: &PipePool,
-    counters: &Counters,
-    cfg: &TcpRelayConfig,
+    run: impl std::future::Future<Output = Relayed>,
+    fds: [RawFd; 2],
     mut close: watch::Receiver<bool>,
-) -> Option<std::io::Result<()>> {
-    let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
-    let relay = edgelink_relay::splice_duplex(client, upstream, pipes, counters, cfg);
-    tokio::pin!(relay);
-    // Declared after `relay`: dropped before it, while its sockets are
+) -> Option<Relayed> {
+    tokio::pin!(run);
+    // Declared after `run`: dropped before it, while its sockets are
     // still open (also when this future is dropped unfinished).
     let mut reset = ResetUnlessDone { fds, armed: true };
     tokio::select! {
-        r = &mut relay => {
-            // Ended by itself: its sockets are closed (reset already on an
-            // error); the descriptors must not be touched again.
+        r = &mut run => {
+            // Ended by itself (its sockets are closed, reset already on an
+            // error) or parked (they are handed on): the descriptors must
+            // not be touched again.
             reset.disarm();
             Some(r)
         }
@@ -594,6 +832,21 @@ mod tests {
         }
     }
 
+    /// [`relay`] of a fresh relay that nobody parks.
+    async fn run_relay(
+        client: TcpStream,
+        upstream: TcpStream,
+        pipes: &PipePool,
+        counters: &Counters,
+        cfg: &TcpRelayConfig,
+        close: watch::Receiver<bool>,
+    ) -> Option<Relayed> {
+        let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
+        let park = tokio_util::sync::CancellationToken::new();
+        let run = edgelink_relay::relay_tcp(client, upstream, pipes, counters, cfg, &park);
+        relay(run, fds, close).await
+    }
+
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -615,7 +868,7 @@ mod tests {
                 let c = cfg.clone();
                 let task = tokio::spawn(async move {
                     let counters = Counters::default();
-                    relay(client, upstream, &p, &counters, &c, close).await
+                    run_relay(client, upstream, &p, &counters, &c, close).await
                 });
                 // Bytes in flight, and proof that the relay runs.
                 upstream_peer.write_all(b"partial").await.unwrap();
@@ -650,7 +903,7 @@ mod tests {
             let p = pipes.clone();
             let task = tokio::spawn(async move {
                 let counters = Counters::default();
-                relay(
+                run_relay(
                     client,
                     upstream,
                     &p,
@@ -665,7 +918,7 @@ mod tests {
             assert_eq!(read_end(&mut client_peer).await.unwrap(), 5);
             client_peer.shutdown().await.unwrap();
             assert_eq!(read_end(&mut upstream_peer).await.unwrap(), 0);
-            assert!(matches!(task.await.unwrap(), Some(Ok(()))));
+            assert!(matches!(task.await.unwrap(), Some(Relayed::Ended(Ok(())))));
         });
     }
 }

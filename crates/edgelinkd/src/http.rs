@@ -77,12 +77,27 @@ async fn handle(
     })
 }
 
-/// Serve until the process ends. Each connection is closed
-/// `--status-conn-timeout` after it was accepted (idle keep-alive or slow
-/// client alike).
+/// Serve until the process ends, or a hand-over takes the listener.
+/// Each connection is closed `--status-conn-timeout` after it was accepted
+/// (idle keep-alive or slow client alike).
 pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
+    let lot = d.shared.lot.clone();
+    let guard = lot.guard();
+    let park = lot.token();
     loop {
-        let (stream, _) = match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            () = park.cancelled() => {
+                match listener.into_std() {
+                    Ok(l) => lot.park(crate::parking::Item::Status(l)),
+                    Err(e) => tracing::warn!(error = %e, "cannot hand the status listener over"),
+                }
+                drop(guard);
+                return;
+            }
+            r = listener.accept() => r,
+        };
+        let (stream, _) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // At the open-file limit: accept with the fds kept for the

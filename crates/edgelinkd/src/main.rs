@@ -9,12 +9,14 @@ mod daemon;
 mod factory;
 mod fds;
 mod forward;
+mod handover;
 mod http;
 mod kernel;
 #[cfg(test)]
 mod manifests;
 mod metrics;
 mod model;
+mod parking;
 mod protect;
 mod sockopt;
 mod status_cli;
@@ -102,7 +104,7 @@ fn raise_nofile_limit() {
     }
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+async fn run(mut args: RunArgs) -> anyhow::Result<()> {
     let level: tracing::Level = args.log_level.parse().unwrap_or(tracing::Level::INFO);
     tracing_subscriber::fmt()
         .with_max_level(level)
@@ -120,9 +122,42 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("state dir {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("state dir {}", dir.display()))?;
-    let status_listener = tokio::net::TcpListener::bind(args.status_addr)
-        .await
-        .with_context(|| format!("--status-addr {}", args.status_addr))?;
+    let instance = daemon::instance_id(&args.instance_id);
+    args.instance_id = Some(instance.clone());
+
+    // --takeover: everything the running daemon serves, before anything is
+    // bound here (its status and control listeners come along).
+    let mut taken = None;
+    if args.takeover {
+        match handover::take(&args, &instance).await? {
+            handover::Takeover::Fresh => {}
+            handover::Takeover::Taken(t) => taken = Some(t),
+            handover::Takeover::HandedOver(reason) => {
+                // A container restarted after it handed over: serving
+                // again would compete with its successor. Idle until
+                // stopped (the successor's pod replaces this one).
+                tracing::info!(%reason, "this instance handed over already: idle until stopped");
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                let mut int =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                return Ok(());
+            }
+        }
+    }
+    let status_listener = match taken.as_mut().and_then(|t| t.status.take()) {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(l)?
+        }
+        None => tokio::net::TcpListener::bind(args.status_addr)
+            .await
+            .with_context(|| format!("--status-addr {}", args.status_addr))?,
+    };
 
     let node = node_name(&args);
     let (workers, mut died) =
@@ -161,9 +196,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         });
     }
-    let control = control::bind(&d)?;
+    let control = match taken.as_mut().and_then(|t| t.control.take()) {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            tokio::net::UnixListener::from_std(l)?
+        }
+        None => control::bind(&d)?,
+    };
     tokio::spawn(control::serve(control, d.clone()));
     tokio::spawn(http::serve(status_listener, d.clone()));
+    if let Some(mut t) = taken.take() {
+        *d.taken_from.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.from.clone());
+        for (id, a) in std::mem::take(&mut t.adopted) {
+            d.shared.lot.adopt(id, a);
+        }
+        // From here on the old daemon is gone; what it handed over is
+        // served by the first pass below.
+        t.confirm().await;
+    }
     watch::start(d.clone()).context("watching the attachment records")?;
     if let Some(url) = &args.status_webhook {
         webhook::start(d.clone(), url.clone())?;
@@ -172,8 +222,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut first = true;
     loop {
         d.reconcile().await;
+        if std::mem::take(&mut first) {
+            for id in d.shared.lot.drop_unclaimed() {
+                tracing::warn!(container = %id.0, ifname = %id.1, forward = %id.2,
+                    "handed over, but no record serves it now: its connections are reset");
+            }
+        }
         tokio::select! {
             _ = d.nudge.notified() => {
                 // Let a burst of record changes settle into one pass.

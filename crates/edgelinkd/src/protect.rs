@@ -165,7 +165,16 @@ impl Protection {
             return Admission::Full;
         }
         self.queued_total.fetch_add(1, Ordering::Relaxed);
-        let out = tokio::select! {
+        // Out of the queue however the wait ends, also when it is dropped
+        // (a hand-over takes the client along).
+        struct Leave<'a>(&'a AtomicU64);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _leave = Leave(&self.queued);
+        tokio::select! {
             p = tokio::time::timeout(self.limits.queue_timeout, slots.clone().acquire_owned()) => match p {
                 Ok(Ok(p)) => Admission::Go(Some(p)),
                 // The semaphore is never closed; treat it as a timeout.
@@ -178,9 +187,13 @@ impl Protection {
                 self.queue_abandoned.fetch_add(1, Ordering::Relaxed);
                 Admission::Left
             }
-        };
-        self.queued.fetch_sub(1, Ordering::AcqRel);
-        out
+        }
+    }
+
+    /// A place for a connection that is relayed already (handed over), if
+    /// one is free: it does not wait.
+    pub fn try_take(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.as_ref()?.clone().try_acquire_owned().ok()
     }
 
     /// Connections to the target now (permits out).
