@@ -1054,9 +1054,48 @@ impl Edgelinkd {
         extra: &[&str],
         soft: Option<u64>,
     ) -> Edgelinkd {
-        let status_addr = "127.0.0.1:9310".to_string();
         let sock = state_dir.join("edgelinkd.sock");
         let _ = std::fs::remove_file(&sock);
+        let mut d = Edgelinkd::spawn(node, state_dir, log, extra, soft);
+        let up = wait_until(std::time::Duration::from_secs(10), || {
+            sock.exists() || !d.running()
+        });
+        assert!(
+            up && d.running(),
+            "edgelinkd did not come up: {}",
+            d.log_text()
+        );
+        d
+    }
+
+    /// Start one with `--takeover` (and `extra`) on the state dir of a
+    /// running one; returns once it logged that it took over (bounded),
+    /// or once it ended.
+    pub fn take_over(
+        node: &Netns,
+        state_dir: &std::path::Path,
+        log: PathBuf,
+        extra: &[&str],
+    ) -> Edgelinkd {
+        let mut flags = vec!["--takeover"];
+        flags.extend_from_slice(extra);
+        let mut d = Edgelinkd::spawn(node, state_dir, log, &flags, None);
+        wait_until(std::time::Duration::from_secs(20), || {
+            let log = d.log_text();
+            log.contains("took over") || log.contains("idle until stopped") || !d.running()
+        });
+        d
+    }
+
+    /// Spawn it, without waiting for anything.
+    fn spawn(
+        node: &Netns,
+        state_dir: &std::path::Path,
+        log: PathBuf,
+        extra: &[&str],
+        soft: Option<u64>,
+    ) -> Edgelinkd {
+        let status_addr = "127.0.0.1:9310".to_string();
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -1095,22 +1134,13 @@ impl Edgelinkd {
             }
         }
         let child = child.spawn().expect("spawn edgelinkd");
-        let mut d = Edgelinkd {
+        Edgelinkd {
             child,
             log,
             node: node.name.clone(),
             state_dir: state_dir.to_path_buf(),
             status_addr,
-        };
-        let up = wait_until(std::time::Duration::from_secs(10), || {
-            sock.exists() || !d.running()
-        });
-        assert!(
-            up && d.running(),
-            "edgelinkd did not come up: {}",
-            d.log_text()
-        );
-        d
+        }
     }
 
     pub fn pid(&self) -> nix::unistd::Pid {

@@ -288,6 +288,51 @@ impl DLab {
         ));
     }
 
+    /// Start another daemon with `--takeover` (and the lab's flags plus
+    /// `extra`) and return it, the running one left in place: the caller
+    /// checks how each ended.
+    pub fn spawn_takeover(&mut self, extra: &[&str]) -> Edgelinkd {
+        self.starts += 1;
+        let log = self
+            .logs
+            .path()
+            .join(format!("edgelinkd-{}.log", self.starts));
+        let mut flags: Vec<&str> = BASE_FLAGS
+            .chunks(2)
+            .filter(|f| !self.flags.iter().any(|t| t == f[0]))
+            .flatten()
+            .copied()
+            .collect();
+        if self.fast_reconcile && !self.flags.iter().any(|t| t == FAST_RECONCILE[0]) {
+            flags.extend_from_slice(FAST_RECONCILE);
+        }
+        flags.extend(self.flags.iter().map(String::as_str));
+        flags.extend_from_slice(extra);
+        Edgelinkd::take_over(&self.lab.node, self.lab.state.path(), log, &flags)
+    }
+
+    /// Upgrade: a new daemon takes over, the old one must exit 0 (bounded)
+    /// and the new one serves on as the lab's daemon.
+    pub fn take_over(&mut self) {
+        let new = self.spawn_takeover(&[]);
+        let mut old = self
+            .daemon
+            .replace(new)
+            .expect("a daemon to take over from");
+        let st = old.wait_exit(Duration::from_secs(10));
+        assert!(
+            st.is_some_and(|s| s.success()),
+            "the old daemon did not exit 0 ({st:?}): {}\n--- new:\n{}",
+            old.log_text(),
+            self.daemon().log_text()
+        );
+        assert!(
+            self.daemon().running() && self.daemon().log_text().contains("took over"),
+            "the new daemon did not take over: {}",
+            self.daemon().log_text()
+        );
+    }
+
     pub fn daemon(&mut self) -> &mut Edgelinkd {
         self.daemon.as_mut().expect("daemon started")
     }

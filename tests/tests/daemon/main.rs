@@ -9,6 +9,7 @@
 mod lab;
 
 mod cli;
+mod handover;
 mod kernel_path;
 mod lifecycle;
 mod limits;

@@ -1,0 +1,179 @@
+//! `edgelinkd run --takeover`: the running daemon hands its listeners,
+//! live connections and UDP sessions over and exits 0; the new one serves
+//! them on. Refusals and failures leave the old one serving.
+
+use crate::lab::*;
+use edgelink_tests::*;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+#[test]
+fn a_takeover_carries_live_connections_udp_sessions_and_listeners() {
+    let mut l = DLab::new();
+    // A relayed TCP connection with bytes both ways, and a UDP session.
+    let mut c = l.connect(API).unwrap();
+    assert_eq!(echo(&mut c, b"before\n"), b"before\n");
+    let udp = in_netns(&l.client, || {
+        let u = std::net::UdpSocket::bind(format!("{CLIENT_IP}:0")).unwrap();
+        u.connect(pod_addr(UDP)).unwrap();
+        u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        u
+    });
+    let udp_echo = |msg: &[u8]| {
+        udp.send(msg).unwrap();
+        let mut b = [0u8; 64];
+        let n = again(|| udp.recv(&mut b)).expect("UDP answer");
+        b[..n].to_vec()
+    };
+    assert_eq!(udp_echo(b"u1"), b"u1");
+    let old_pid = l.daemon().pid();
+
+    l.take_over();
+    assert_ne!(l.daemon().pid(), old_pid);
+    // The same connection goes on, through the new daemon.
+    assert_eq!(echo(&mut c, b"after\n"), b"after\n");
+    assert_eq!(udp_echo(b"u2"), b"u2");
+    let s = l.wait_serving();
+    assert_eq!(
+        l.forward("api")["activeConnections"],
+        1,
+        "the live connection is counted by the new daemon: {s:#}"
+    );
+    assert_eq!(l.forward("telemetry")["udpSessions"], 1, "{s:#}");
+    assert_eq!(
+        l.forward("telemetry")["udpSessionsTotal"],
+        0,
+        "the session was not made again: {s:#}"
+    );
+    // New connections too, and the control socket answers (CHECK).
+    l.echo_once(b"new\n");
+    l.call("CHECK").ok_empty();
+    let log = l.daemon().log_text();
+    assert!(log.contains("taking over 10 forwards"), "{log}");
+    // A half-close passes through the new daemon.
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+}
+
+#[test]
+fn a_peer_of_another_protocol_is_refused_and_the_old_daemon_serves_on() {
+    let mut l = DLab::new();
+    let mut c = l.connect(API).unwrap();
+    assert_eq!(echo(&mut c, b"one\n"), b"one\n");
+    let mut new = l.spawn_takeover(&["--handover-protocol", "99"]);
+    let st = new.wait_exit(Duration::from_secs(10));
+    let log = new.log_text();
+    assert!(st.is_some_and(|s| s.code() == Some(1)), "{st:?}: {log}");
+    assert!(
+        log.contains("hand-over protocol 1, the new edgelinkd") && log.contains("protocol 99"),
+        "{log}"
+    );
+    assert!(l.daemon().running());
+    assert_eq!(echo(&mut c, b"two\n"), b"two\n");
+    l.echo_once(b"new\n");
+    let old = l.daemon().log_text();
+    assert!(old.contains("hand-over refused: serving on"), "{old}");
+}
+
+#[test]
+fn a_new_daemon_that_fails_before_it_confirms_leaves_the_old_one_serving() {
+    use edgelink_handover::{Channel, Message, Peer, PROTOCOL};
+    let mut l = DLab::new();
+    let mut c = l.connect(API).unwrap();
+    assert_eq!(echo(&mut c, b"one\n"), b"one\n");
+    // A "new daemon" that takes the inventory and the descriptors, then
+    // dies without a Confirm.
+    let sock = l.lab.state.path().join("edgelinkd.sock");
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"handover\n").unwrap();
+    let mut ack = [0u8; 12];
+    s.read_exact(&mut ack).unwrap();
+    assert_eq!(&ack, b"ok handover\n");
+    let mut ch = Channel::new(s, Duration::from_secs(10)).unwrap();
+    ch.send(&Message::Hello(Peer {
+        protocol: PROTOCOL,
+        version: "test".into(),
+        instance: "a-test".into(),
+    }))
+    .unwrap();
+    assert!(matches!(ch.expect("Welcome").unwrap(), Message::Welcome(_)));
+    let n = match ch.expect("Inventory").unwrap() {
+        Message::Inventory { fds, state } => {
+            state.check(fds as usize).unwrap();
+            assert_eq!(
+                state
+                    .forwards
+                    .iter()
+                    .map(|f| f.connections.len())
+                    .sum::<usize>(),
+                1
+            );
+            fds as usize
+        }
+        m => panic!("{m:?}"),
+    };
+    let fds = ch.recv_fds(n).unwrap();
+    assert_eq!(fds.len(), n);
+    drop(fds);
+    drop(ch);
+    // The old daemon takes its own state back: the connection goes on,
+    // and new ones are served.
+    let d = l.daemon();
+    wait_until(Duration::from_secs(10), || {
+        d.log_text().contains("hand-over failed: serving on")
+    });
+    assert!(d.running());
+    assert_eq!(echo(&mut c, b"two\n"), b"two\n");
+    l.echo_once(b"new\n");
+    l.wait_status(Duration::from_secs(5), "the one live connection", |s| {
+        forward_of(s, "api")["activeConnections"] == 1
+    });
+}
+
+#[test]
+fn an_instance_that_handed_over_does_not_take_back() {
+    let mut l = DLab::with(Opts {
+        daemon: false,
+        ..Default::default()
+    });
+    // pod-a starts afresh, pod-b takes over from it.
+    let a = l.spawn_takeover(&["--instance-id", "pod-a"]);
+    l.daemon = Some(a);
+    l.wait_serving();
+    let new = l.spawn_takeover(&["--instance-id", "pod-b"]);
+    let mut old = l.daemon.replace(new).unwrap();
+    assert!(old
+        .wait_exit(Duration::from_secs(10))
+        .is_some_and(|s| s.success()));
+    // pod-a's container restarts with --takeover: it idles.
+    let mut again_a = l.spawn_takeover(&["--instance-id", "pod-a"]);
+    let log = again_a.log_text();
+    assert!(again_a.running(), "{log}");
+    assert!(
+        log.contains("idle until stopped") && log.contains("pod-a handed everything"),
+        "{log}"
+    );
+    assert!(l.daemon().running());
+    l.echo_once(b"still served by pod-b\n");
+    again_a.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(again_a
+        .wait_exit(Duration::from_secs(5))
+        .is_some_and(|s| s.success()));
+}
+
+#[test]
+fn takeover_with_nobody_running_starts_afresh() {
+    let mut l = DLab::with(Opts {
+        daemon: false,
+        ..Default::default()
+    });
+    let new = l.spawn_takeover(&[]);
+    l.daemon = Some(new);
+    assert!(l.daemon().log_text().contains("starting afresh"));
+    l.wait_serving();
+    l.echo_once(b"fresh\n");
+}
