@@ -94,19 +94,13 @@ pub fn table(s: &Status) -> String {
             rows.push(row);
         }
         for f in &a.forwards {
-            let active = f.active_connections + f.udp_sessions;
-            let total = if f.protocol == "udp" {
-                f.udp_sessions_total
-            } else {
-                f.total_connections
-            };
             rows.push([
                 pod.clone(),
                 format!("{}/{}", f.name, f.protocol),
                 f.target.clone(),
                 f.listener.clone(),
-                active.to_string(),
-                total.to_string(),
+                f.active_connections.to_string(),
+                f.total_connections.to_string(),
                 human(f.bytes_to_target),
                 human(f.bytes_to_client),
                 (f.connect_errors + f.errors).to_string(),
@@ -254,8 +248,8 @@ mod tests {
     fn columns_are_as_wide_as_their_longest_cell() {
         let mut long = forward("abcdefghijklmno", "udp");
         long.target = "[fd00:e1::120]:50000".into();
-        long.udp_sessions = 12345;
-        long.udp_sessions_total = 1234567890;
+        long.active_connections = 12345;
+        long.total_connections = 1234567890;
         long.listener = "failed".into();
         long.last_error = Some("bind: address in use".into());
         let s = status(
