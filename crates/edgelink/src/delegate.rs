@@ -1,60 +1,36 @@
 //! Running another plugin (a delegated IPAM) from CNI_PATH, as the spec
 //! says: same environment but CNI_COMMAND, the same config on stdin, the
-//! Result or error JSON on its stdout.
+//! Result or error JSON on its stdout. The running itself is
+//! `edgelink-cni-exec`'s (shared with the node daemon's reclaim); this
+//! module turns its errors into the plugin's codes.
 
 use crate::error::PluginError;
+use edgelink_cni_exec::{Environment, ExecError, Invocation};
 use edgelink_cni_spec::{codes, CniError, Command, Env};
 use serde_json::Value;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::Stdio;
 
-/// Whether `name` is a plain plugin name, safe to join to a CNI_PATH
-/// directory: not empty, no `/` (nor NUL), not `.` or `..` and no `..` in
-/// it, only ASCII letters, digits, `-`, `_` and `.`, not starting with `.`.
-/// libcni's FindInPath refuses a name with a path separator; this is
-/// stricter.
-pub fn is_plugin_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 255
-        && !name.starts_with('.')
-        && !name.contains("..")
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+impl From<ExecError> for PluginError {
+    fn from(e: ExecError) -> PluginError {
+        match e {
+            ExecError::BadName { .. } | ExecError::NotFound { .. } => {
+                PluginError::Cni(CniError::new(codes::INVALID_CONFIG, e.to_string()))
+            }
+            ExecError::Io { path, source } => PluginError::Io { path, source },
+            ExecError::Failed { code, .. } => PluginError::Cni(
+                CniError::new(codes::DELEGATE_FAILED, e.to_string())
+                    .with_details(format!("delegate code {code}")),
+            ),
+            ExecError::NotJson { .. } | ExecError::TimedOut { .. } => {
+                PluginError::Cni(CniError::new(codes::DELEGATE_FAILED, e.to_string()))
+            }
+        }
+    }
 }
 
 /// The one check of a delegated IPAM's name (`ipam.type`), made by every
 /// command before anything is executed: code 7 naming the field.
 pub fn validate_plugin_name(name: &str) -> Result<(), PluginError> {
-    if is_plugin_name(name) {
-        return Ok(());
-    }
-    Err(PluginError::Cni(CniError::new(
-        codes::INVALID_CONFIG,
-        format!(
-            "ipam.type: {name:?} is not a plugin name (letters, digits, '-', '_' and '.', \
-             not starting with '.', no '/' or '..'): it must name a file in a CNI_PATH directory"
-        ),
-    )))
-}
-
-fn find(plugin: &str, env: &Env) -> Result<PathBuf, PluginError> {
-    validate_plugin_name(plugin)?;
-    env.path
-        .iter()
-        .map(|d| d.join(plugin))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            let dirs: Vec<String> = env.path.iter().map(|p| p.display().to_string()).collect();
-            PluginError::Cni(CniError::new(
-                codes::INVALID_CONFIG,
-                format!(
-                    "ipam.type: {plugin:?} was not found in CNI_PATH [{}]",
-                    dirs.join(", ")
-                ),
-            ))
-        })
+    Ok(edgelink_cni_exec::validate_plugin_name(name)?)
 }
 
 /// Run `plugin` for `command`; returns its parsed stdout (None when empty).
@@ -64,65 +40,19 @@ pub fn exec(
     command: Command,
     stdin: &Value,
 ) -> Result<Option<Value>, PluginError> {
-    let path = find(plugin, env)?;
-    let mut cmd = std::process::Command::new(&path);
-    cmd.env("CNI_COMMAND", command.as_str())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    let mut vars = Vec::new();
     if command == Command::Del && env.netns.is_none() {
-        cmd.env("CNI_NETNS", "");
+        vars.push(("CNI_NETNS", String::new()));
     }
-    let mut child = cmd.spawn().map_err(|source| PluginError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let body = serde_json::to_vec(stdin).unwrap_or_default();
-    if let Some(mut si) = child.stdin.take() {
-        // A plugin that exits without reading gives EPIPE: its exit status tells.
-        let _ = si.write_all(&body);
-    }
-    let out = child.wait_with_output().map_err(|source| PluginError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let parsed: Option<Value> = if out.stdout.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        serde_json::from_slice(&out.stdout).ok()
+    let inv = Invocation {
+        plugin,
+        dirs: &env.path,
+        command,
+        env: Environment::Inherited(vars),
+        // The runtime that runs this plugin has its own deadline.
+        timeout: None,
     };
-    if out.status.success() {
-        return match parsed {
-            Some(v) => Ok(Some(v)),
-            None if out.stdout.iter().all(u8::is_ascii_whitespace) => Ok(None),
-            None => Err(PluginError::Cni(CniError::new(
-                codes::DELEGATE_FAILED,
-                format!(
-                    "ipam plugin {plugin} ({}) printed something that is not JSON",
-                    command.as_str()
-                ),
-            ))),
-        };
-    }
-    let inner = parsed.as_ref().and_then(CniError::from_json);
-    let (code, msg) = match &inner {
-        Some(e) => (
-            e.code,
-            format!("{} {}", e.msg, e.details).trim().to_string(),
-        ),
-        None => (0, String::from_utf8_lossy(&out.stdout).trim().to_string()),
-    };
-    Err(PluginError::Cni(
-        CniError::new(
-            codes::DELEGATE_FAILED,
-            format!(
-                "ipam plugin {plugin} failed on {}: {msg} (its code {code}, {})",
-                command.as_str(),
-                out.status
-            ),
-        )
-        .with_details(format!("delegate code {code}")),
-    ))
+    Ok(edgelink_cni_exec::exec(&inv, stdin)?)
 }
 
 #[cfg(test)]
@@ -130,35 +60,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plugin_names() {
-        for ok in [
-            "host-local",
-            "dhcp",
-            "static",
-            "whereabouts",
-            "my_ipam.v2",
-            "a",
-        ] {
-            assert!(is_plugin_name(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "../x",
-            "a/../b",
-            "/tmp/x.sh",
-            "bin/sh",
-            "x..y",
-            ".hidden",
-            "a b",
-            "a\0b",
-            "a\\b",
-        ] {
-            assert!(!is_plugin_name(bad), "{bad:?}");
+    fn a_bad_name_is_code_7_naming_the_field() {
+        for bad in ["", "..", "../x", "/tmp/x.sh", "bin/sh", ".hidden"] {
             let e = validate_plugin_name(bad).unwrap_err().into_cni();
             assert_eq!(e.code, 7);
             assert!(e.msg.starts_with("ipam.type"), "{e}");
         }
+        assert!(validate_plugin_name("host-local").is_ok());
     }
 }

@@ -6,8 +6,14 @@
 //! runtime's service, else [`DEFAULT_LOG_DIR`]), and it is opened without
 //! following a symbolic link: the directory with `O_DIRECTORY|O_NOFOLLOW`,
 //! the file with `openat(.., O_NOFOLLOW)`, and only a regular file with one
-//! link is used. A value that breaks the rule is a config error (code 7)
-//! and nothing is created.
+//! link is used. The directory is created (0750) when it is missing.
+//!
+//! A value that breaks the rule, or a file that cannot be opened for
+//! writing (its directory cannot be made, is read-only, is a symbolic link;
+//! the file is a directory, a FIFO, immutable), is a config error (code 7)
+//! naming the value and why, and nothing is created: a `logFile` the
+//! administrator asked for never falls back to stderr, where a runtime
+//! throws the logs away.
 
 use edgelink_cni_spec::{codes, CniError};
 use nix::fcntl::{open, openat, OFlag};
@@ -24,21 +30,14 @@ pub const DEFAULT_LOG_DIR: &str = "/var/log/edgelink";
 /// the node), never from the network configuration.
 pub const LOG_DIR_ENV: &str = "EDGELINK_LOG_DIR";
 
-/// Why `logFile` was not opened.
-#[derive(Debug)]
-pub enum LogFileError {
-    /// The value breaks the rules: code 7, nothing was created.
-    Invalid(CniError),
-    /// A good value that could not be opened (permissions, a full disk):
-    /// the logs go to stderr, the command goes on.
-    Io(String),
-}
+/// Why `logFile` was not opened: code 7, naming the value and the reason.
+pub type LogFileError = CniError;
 
 fn invalid(value: &str, reason: String) -> LogFileError {
-    LogFileError::Invalid(CniError::new(
+    CniError::new(
         codes::INVALID_CONFIG,
         format!("logFile: {value:?} {reason}"),
-    ))
+    )
 }
 
 /// The allowed directory: `$EDGELINK_LOG_DIR` when it is an absolute path,
@@ -87,26 +86,33 @@ pub fn file_name_in<'a>(value: &'a str, dir: &Path) -> Result<&'a str, LogFileEr
 /// if missing), never following a symbolic link.
 pub fn open_log_file(value: &str, dir: &Path) -> Result<File, LogFileError> {
     let name = file_name_in(value, dir)?;
+    let in_dir = |why: String| {
+        invalid(
+            value,
+            format!("cannot be opened: its directory {} {why}", dir.display()),
+        )
+    };
     if let Err(e) = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o750)
         .create(dir)
     {
-        return Err(LogFileError::Io(format!(
-            "cannot create the log directory {}: {e}",
-            dir.display()
-        )));
+        return Err(in_dir(format!("cannot be created: {e}")));
     }
     let dirfd = open(
         dir,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| {
-        LogFileError::Io(format!(
-            "cannot open the log directory {} (a symbolic link is refused): {e}",
-            dir.display()
-        ))
+    .map_err(|e| match e {
+        // O_DIRECTORY|O_NOFOLLOW on a symbolic link gives ENOTDIR.
+        nix::Error::ELOOP | nix::Error::ENOTDIR
+            if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) =>
+        {
+            in_dir("is a symbolic link (refused)".into())
+        }
+        nix::Error::ENOTDIR => in_dir("is not a directory".into()),
+        e => in_dir(format!("cannot be opened: {e}")),
     })?;
     let fd = openat(
         &dirfd,
@@ -123,12 +129,18 @@ pub fn open_log_file(value: &str, dir: &Path) -> Result<File, LogFileError> {
     .map_err(|e| match e {
         nix::Error::ELOOP => invalid(value, "is a symbolic link".into()),
         nix::Error::EISDIR => invalid(value, "is a directory".into()),
-        e => LogFileError::Io(format!("cannot open logFile {value}: {e}")),
+        // O_NONBLOCK|O_WRONLY on a FIFO without a reader.
+        nix::Error::ENXIO => invalid(value, "is not a regular file (a FIFO or socket)".into()),
+        nix::Error::EACCES | nix::Error::EPERM | nix::Error::EROFS => invalid(
+            value,
+            format!("is not writable (read-only file system, immutable file or directory): {e}"),
+        ),
+        e => invalid(value, format!("cannot be opened for writing: {e}")),
     })?;
     let file = File::from(fd);
     let meta = file
         .metadata()
-        .map_err(|e| LogFileError::Io(format!("cannot stat logFile {value}: {e}")))?;
+        .map_err(|e| invalid(value, format!("cannot be examined (fstat): {e}")))?;
     if !meta.file_type().is_file() {
         return Err(invalid(value, "is not a regular file".into()));
     }
@@ -146,10 +158,7 @@ mod tests {
     use super::*;
 
     fn code(r: Result<&str, LogFileError>) -> Option<u32> {
-        match r {
-            Err(LogFileError::Invalid(e)) => Some(e.code),
-            _ => None,
-        }
+        r.err().map(|e| e.code)
     }
 
     #[test]

@@ -22,8 +22,9 @@ use serde_json::Value;
 use std::io::{Read, Write};
 
 /// Set up logging: stderr, or `logFile` when it is allowed
-/// ([`logfile`]). A `logFile` that breaks the rules is returned as the
-/// command's error (code 7); nothing was created for it.
+/// ([`logfile`]). A `logFile` that breaks the rules or cannot be opened for
+/// writing is returned as the command's error (code 7); nothing was created
+/// for it, and the message also goes to stderr.
 fn init_logging(raw: Option<&Value>) -> Option<CniError> {
     let b = raw.map(config::basics);
     let level = b
@@ -50,16 +51,8 @@ fn init_logging(raw: Option<&Value>) -> Option<CniError> {
         }
         Err(e) => {
             let _ = builder.with_writer(std::io::stderr).try_init();
-            match e {
-                logfile::LogFileError::Invalid(e) => {
-                    eprintln!("edgelink: {}", e.msg);
-                    Some(e)
-                }
-                logfile::LogFileError::Io(msg) => {
-                    eprintln!("edgelink: {msg}; logging to stderr");
-                    None
-                }
-            }
+            eprintln!("edgelink: {}", e.msg);
+            Some(e)
         }
     }
 }

@@ -111,6 +111,25 @@ fn absolute(s: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// `--cni-path`: directories of delegated IPAM plugins, `:`-separated as
+/// CNI_PATH; empty: none (the daemon runs no delegate).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CniPath(pub Vec<PathBuf>);
+
+fn cni_path(s: &str) -> Result<CniPath, String> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for d in s.split(':').filter(|d| !d.is_empty()) {
+        let p = absolute(d).map_err(|e| format!("{e} (in {s:?})"))?;
+        if !p.is_dir() {
+            return Err(format!("{d:?} is not a directory (in {s:?})"));
+        }
+        if !dirs.contains(&p) {
+            dirs.push(p);
+        }
+    }
+    Ok(CniPath(dirs))
+}
+
 fn pipe_size(s: &str) -> Result<usize, String> {
     let v: usize = s
         .parse()
@@ -283,6 +302,14 @@ pub struct RunArgs {
     /// accepted, whatever it is doing (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
     pub status_conn_timeout: Duration,
+    /// Directories of delegated IPAM plugins (`:`-separated, as CNI_PATH).
+    /// When set, reclaiming an attachment whose pod went without a DEL
+    /// runs its delegate's DEL from there, and keeps the record while that
+    /// fails. Empty (the default): a delegate's reservation is left to its
+    /// own GC. Set it only where the delegate sees its own state
+    /// (docs/configuration.md).
+    #[arg(long, default_value = "", value_parser = cni_path)]
+    pub cni_path: CniPath,
 }
 
 impl RunArgs {

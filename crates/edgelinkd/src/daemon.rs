@@ -407,7 +407,9 @@ impl Daemon {
                     if let Some(a) = removed {
                         a.stop().await;
                     }
-                    self.reclaim(&rec);
+                    if self.release_delegated(&rec).await {
+                        self.reclaim(&rec);
+                    }
                     changed = true;
                 }
                 Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. }) => {
@@ -461,6 +463,42 @@ impl Daemon {
         !rec.netns.starts_with("/proc/")
             || rec.pid_namespace.is_none()
             || rec.pid_namespace == edgelink_attachment::own_pid_namespace()
+    }
+
+    /// The pod is gone without a DEL and its IPAM is delegated: with
+    /// `--cni-path`, run the delegate's DEL. False when that failed: the
+    /// record is kept (it holds the only configuration that can release the
+    /// address) and the next pass tries again. Without `--cni-path`, the
+    /// delegate's reservation is left to its own GC, as documented.
+    async fn release_delegated(&self, rec: &Record) -> bool {
+        let Some(plugin) = crate::delegate::plugin_of(rec).map(str::to_string) else {
+            return true;
+        };
+        let dirs = self.args.cni_path.0.clone();
+        if dirs.is_empty() {
+            tracing::info!(container = %rec.container_id, ifname = %rec.ifname, %plugin,
+                "delegated IPAM: its reservation is left to its own GC (--cni-path is not set)");
+            return true;
+        }
+        let r = rec.clone();
+        let done = tokio::task::spawn_blocking(move || crate::delegate::release(&r, &dirs)).await;
+        match done {
+            Ok(Ok(_)) => {
+                tracing::info!(container = %rec.container_id, ifname = %rec.ifname, %plugin,
+                    "the delegated IPAM released the reservation");
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(container = %rec.container_id, ifname = %rec.ifname, %plugin, error = %e,
+                    "cannot release the delegated IPAM's reservation: the record is kept and the next pass tries again");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(container = %rec.container_id, ifname = %rec.ifname, %plugin, error = %e,
+                    "the delegated IPAM's DEL did not complete: the record is kept and the next pass tries again");
+                false
+            }
+        }
     }
 
     /// The pod is gone without a DEL: release its address, drop its record.

@@ -6,6 +6,7 @@
 mod config;
 mod control;
 mod daemon;
+mod delegate;
 mod factory;
 mod fds;
 mod forward;

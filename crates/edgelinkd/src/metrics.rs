@@ -50,7 +50,10 @@ pub fn render(d: &Daemon) -> String {
     let status = d.status();
     let mut reg = Registry::with_prefix("edgelink");
     let counters: Vec<(&str, &str, Family<Labels, Counter>)> = [
-        ("connections", "TCP connections accepted"),
+        (
+            "connections",
+            "Connections accepted (TCP) or sessions created (UDP), as TOTAL in edgelinkd status",
+        ),
         (
             "bytes_to_target",
             "Bytes relayed from clients to the target",
@@ -69,7 +72,10 @@ pub fn render(d: &Daemon) -> String {
             "Times splice was refused and a plain copy was used",
         ),
         ("refused", "Connections or datagrams refused (private side)"),
-        ("udp_sessions", "UDP sessions created"),
+        (
+            "udp_sessions",
+            "UDP sessions created (also counted in edgelink_connections_total)",
+        ),
         ("udp_evictions", "UDP sessions evicted from a full table"),
         (
             "udp_datagrams_to_target",
@@ -115,8 +121,14 @@ pub fn render(d: &Daemon) -> String {
     .map(|(n, h)| (n, h, Family::default()))
     .collect();
     let gauges: Vec<(&str, &str, Family<Labels, Gauge>)> = [
-        ("active_connections", "TCP connections being relayed now"),
-        ("active_udp_sessions", "UDP sessions open now"),
+        (
+            "active_connections",
+            "Connections being relayed (TCP) or sessions open (UDP) now, as ACTIVE in edgelinkd status",
+        ),
+        (
+            "active_udp_sessions",
+            "UDP sessions open now (also counted in edgelink_active_connections)",
+        ),
         ("listener_up", "1 when the forward's listener is up"),
         ("target_reachable", "1 reachable, 0 unreachable, -1 unknown"),
         ("queue_length", "TCP clients waiting for a place now"),

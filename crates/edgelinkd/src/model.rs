@@ -149,8 +149,12 @@ impl ForwardRuntime {
             port: self.spec.port,
             target: self.spec.target.to_string(),
             listener: s.listener.clone(),
-            active_connections: Counters::get(&c.active),
-            total_connections: Counters::get(&c.total),
+            // A UDP forward's sessions are its connections (the relay counts
+            // them apart; the kernel path counts its conntrack flows in
+            // `total`): one pair of numbers means the same in /status, in
+            // /metrics and in the `edgelinkd status` table.
+            active_connections: Counters::get(&c.active) + Counters::get(&c.udp_sessions),
+            total_connections: Counters::get(&c.total) + Counters::get(&c.udp_sessions_total),
             bytes_to_target: Counters::get(&c.bytes_to_target),
             bytes_to_client: Counters::get(&c.bytes_to_client),
             connect_errors: Counters::get(&c.connect_errors),
@@ -217,7 +221,11 @@ pub struct ForwardStatus {
     pub port: u16,
     pub target: String,
     pub listener: String,
+    /// TCP connections being relayed now; for a UDP forward, its open
+    /// sessions (also in `udp_sessions`).
     pub active_connections: u64,
+    /// TCP connections accepted (kernel path: flows); for a UDP forward,
+    /// the sessions it created (also in `udp_sessions_total`).
     pub total_connections: u64,
     pub bytes_to_target: u64,
     pub bytes_to_client: u64,

@@ -18,8 +18,57 @@ fn human(bytes: u64) -> String {
     }
 }
 
-/// The FORWARD column holds `<name>/<protocol>`: a forward name has at most
-/// 15 characters, the protocol 3, so 19 keeps every column aligned.
+/// The table's columns: header, and whether numbers are right-aligned.
+/// The last one (target state / last error) is never padded.
+const COLUMNS: [(&str, bool); 10] = [
+    ("POD", false),
+    ("FORWARD", false),
+    ("TARGET", false),
+    ("LISTENER", false),
+    ("ACTIVE", true),
+    ("TOTAL", true),
+    ("TO-TARGET", true),
+    ("TO-CLIENT", true),
+    ("ERRORS", true),
+    ("TARGET-STATE / LAST ERROR", false),
+];
+
+/// Lay out `rows` under [`COLUMNS`]: each column as wide as its widest
+/// cell (header included), two spaces between columns, so a long pod,
+/// forward or target name moves the later columns instead of pushing its
+/// own line out of them. Widths count characters, not bytes.
+fn layout(rows: &[[String; 10]]) -> String {
+    let mut widths = COLUMNS.map(|(h, _)| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let header = COLUMNS.map(|(h, _)| h.to_string());
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let (_, right) = COLUMNS[i];
+            let pad = " ".repeat(widths[i] - cell.chars().count());
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else if right {
+                line.push_str(&format!("{pad}{cell}  "));
+            } else {
+                line.push_str(&format!("{cell}{pad}  "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `/status` as a table: one line per forward. ACTIVE and TOTAL are the
+/// forward's connections (a UDP forward's sessions, see
+/// docs/configuration.md#counters); ERRORS adds connect errors and
+/// connections that ended with an error.
 pub fn table(s: &Status) -> String {
     let mut out = format!(
         "node {}  attachments {}  reclaimed {}{}\n",
@@ -28,19 +77,7 @@ pub fn table(s: &Status) -> String {
         s.reclaimed_total,
         if s.draining { "  DRAINING" } else { "" }
     );
-    out.push_str(&format!(
-        "{:<28} {:<19} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}\n",
-        "POD",
-        "FORWARD",
-        "TARGET",
-        "LISTENER",
-        "ACTIVE",
-        "TOTAL",
-        "TO-TARGET",
-        "TO-CLIENT",
-        "ERRORS",
-        "TARGET-STATE / LAST ERROR"
-    ));
+    let mut rows: Vec<[String; 10]> = Vec::new();
     for a in &s.attachments {
         let pod = format!(
             "{}/{}",
@@ -50,37 +87,35 @@ pub fn table(s: &Status) -> String {
                 .unwrap_or(&a.container_id[..a.container_id.len().min(12)])
         );
         if a.forwards.is_empty() {
-            out.push_str(&format!(
-                "{pod:<28} (no forwards) {}\n",
-                a.error.as_deref().unwrap_or("")
-            ));
+            let mut row: [String; 10] = Default::default();
+            row[0] = pod.clone();
+            row[1] = "(no forwards)".into();
+            row[9] = a.error.clone().unwrap_or_default();
+            rows.push(row);
         }
         for f in &a.forwards {
-            let active = f.active_connections + f.udp_sessions;
-            let total = if f.protocol == "udp" {
-                f.udp_sessions_total
-            } else {
-                f.total_connections
-            };
-            out.push_str(&format!(
-                "{:<28} {:<19} {:<22} {:<10} {:>6} {:>8} {:>10} {:>10} {:>6}  {}{}\n",
-                pod,
+            rows.push([
+                pod.clone(),
                 format!("{}/{}", f.name, f.protocol),
-                f.target,
-                f.listener,
-                active,
-                total,
+                f.target.clone(),
+                f.listener.clone(),
+                f.active_connections.to_string(),
+                f.total_connections.to_string(),
                 human(f.bytes_to_target),
                 human(f.bytes_to_client),
-                f.connect_errors + f.errors,
-                f.reachability.state,
-                f.last_error
-                    .as_ref()
-                    .map(|e| format!(" / {e}"))
-                    .unwrap_or_default()
-            ));
+                (f.connect_errors + f.errors).to_string(),
+                format!(
+                    "{}{}",
+                    f.reachability.state,
+                    f.last_error
+                        .as_ref()
+                        .map(|e| format!(" / {e}"))
+                        .unwrap_or_default()
+                ),
+            ]);
         }
     }
+    out.push_str(&layout(&rows));
     for m in &s.malformed_records {
         out.push_str(&format!("malformed record {}: {}\n", m.path, m.error));
     }
@@ -157,11 +192,8 @@ mod tests {
         }
     }
 
-    // The kube lab's `edgelinkd status` showed `telemetry/udp` pushing its
-    // line out of the columns (FORWARD was 10 wide).
-    #[test]
-    fn columns_stay_aligned_with_the_longest_forward_names() {
-        let s = Status {
+    fn status(forwards: Vec<ForwardStatus>, pod_name: &str) -> Status {
+        Status {
             node: "kedge1".into(),
             version: "0.1.0".into(),
             started_at: 0,
@@ -172,7 +204,7 @@ mod tests {
                 ifname: "net1".into(),
                 network: "plant-floor".into(),
                 pod_namespace: Some("hil".into()),
-                pod_name: Some("device01-01-0".into()),
+                pod_name: Some(pod_name.into()),
                 netns: "/run/netns/x".into(),
                 mode: "bridge".into(),
                 interface: edgelink_attachment::RecordInterface {
@@ -182,11 +214,7 @@ mod tests {
                 },
                 state: "serving".into(),
                 error: None,
-                forwards: vec![
-                    forward("api", "tcp"),
-                    forward("telemetry", "udp"),
-                    forward("abcdefghijklmno", "udp"),
-                ],
+                forwards,
             }],
             malformed_records: vec![],
             reclaimed_total: 0,
@@ -194,12 +222,80 @@ mod tests {
             workers: 1,
             worker_replacements_total: 0,
             warnings: vec![],
-        };
+        }
+    }
+
+    /// Where each column starts (left-aligned) or ends (right-aligned) in
+    /// the header line.
+    fn anchors(header: &str) -> Vec<usize> {
+        COLUMNS
+            .iter()
+            .map(|(h, right)| {
+                let at = header.find(h).unwrap();
+                if *right {
+                    at + h.len()
+                } else {
+                    at
+                }
+            })
+            .collect()
+    }
+
+    // The kube lab's `edgelinkd status` showed `telemetry/udp` pushing its
+    // line out of the columns (FORWARD was 10 wide); a long pod name or an
+    // IPv6 target did the same to the columns after them.
+    #[test]
+    fn columns_are_as_wide_as_their_longest_cell() {
+        let mut long = forward("abcdefghijklmno", "udp");
+        long.target = "[fd00:e1::120]:50000".into();
+        long.active_connections = 12345;
+        long.total_connections = 1234567890;
+        long.listener = "failed".into();
+        long.last_error = Some("bind: address in use".into());
+        let s = status(
+            vec![forward("api", "tcp"), forward("telemetry", "udp"), long],
+            "a-statefulset-pod-name-that-is-long-0",
+        );
         let t = table(&s);
         let lines: Vec<&str> = t.lines().collect();
-        let col = lines[1].find("TARGET").unwrap();
+        let at = anchors(lines[1]);
         for l in &lines[2..] {
-            assert_eq!(l.find("172.17.16.120").unwrap(), col, "{t}");
+            for (i, (h, right)) in COLUMNS.iter().enumerate() {
+                if *right {
+                    // A right-aligned cell ends where its header ends, and
+                    // is preceded by a space.
+                    let before = &l[..at[i]];
+                    assert!(
+                        before.ends_with(|c: char| c.is_ascii_alphanumeric()),
+                        "{h} in {l:?}\n{t}"
+                    );
+                    assert!(l[at[i]..].starts_with("  "), "{h} in {l:?}\n{t}");
+                } else {
+                    assert!(i == 0 || l[..at[i]].ends_with("  "), "{h} in {l:?}\n{t}");
+                    assert_ne!(l.as_bytes()[at[i]], b' ', "{h} in {l:?}\n{t}");
+                }
+            }
         }
+        assert!(lines[4].contains("abcdefghijklmno/udp"), "{t}");
+        assert!(lines[4].contains("1234567890"), "{t}");
+        assert!(
+            lines[4].ends_with("reachable / bind: address in use"),
+            "{t}"
+        );
+        // Nothing is padded after the last column.
+        assert!(t.lines().all(|l| !l.ends_with(' ')), "{t}");
+    }
+
+    #[test]
+    fn columns_stay_narrow_for_short_values() {
+        let s = status(vec![forward("api", "tcp")], "p");
+        let t = table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        // Each column is as wide as its widest cell: "hil/p", "api/tcp".
+        assert!(lines[1].starts_with("POD    FORWARD  TARGET  "), "{t}");
+        assert!(
+            lines[2].starts_with("hil/p  api/tcp  172.17.16.120:5000"),
+            "{t}"
+        );
     }
 }

@@ -786,3 +786,155 @@ fn forward_bounds_out_of_range_are_code_7_naming_the_forward() {
         .run(&lab.node, &c)
         .ok_empty();
 }
+
+/// Clears the immutable flag of what it holds when dropped, so the
+/// temporary directory can be removed even when the test fails.
+struct Immutable(Vec<std::path::PathBuf>);
+
+impl Immutable {
+    fn set(&mut self, p: &std::path::Path) {
+        let out = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(p)
+            .output()
+            .expect("chattr");
+        assert!(
+            out.status.success(),
+            "chattr +i {}: {}",
+            p.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.0.push(p.to_path_buf());
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(p)
+                .status();
+        }
+    }
+}
+
+/// A `logFile` that cannot be opened for writing (its directory cannot be
+/// made, is a symbolic link, is immutable; the file is a directory, a FIFO,
+/// immutable; a relative path) is code 7 naming the value and why, for ADD
+/// and DEL alike, and nothing is left behind: no link, no reservation, no
+/// record, no file. It used to fall back to stderr, where a runtime throws
+/// the logs away.
+#[test]
+fn a_log_file_that_cannot_be_written_is_code_7_naming_the_path() {
+    let lab = Lab::new();
+    let pod = lab.pod();
+    let pods = [&pod];
+    let p = pod.path();
+    let before = state(&lab, &pods);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut immutable = Immutable(Vec::new());
+    let dir = |name: &str| {
+        let d = tmp.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        d
+    };
+
+    // (allowed directory, logFile, what the message says)
+    let mut cases: Vec<(std::path::PathBuf, String, &str)> = Vec::new();
+    let d = dir("a-directory");
+    std::fs::create_dir(d.join("edgelink.log")).unwrap();
+    cases.push((
+        d.clone(),
+        format!("{}/edgelink.log", d.display()),
+        "is a directory",
+    ));
+    let d = dir("a-fifo");
+    let fifo = d.join("edgelink.log");
+    sh(&["mkfifo", fifo.to_str().unwrap()]);
+    cases.push((d.clone(), fifo.display().to_string(), "not a regular file"));
+    let d = dir("immutable-file");
+    std::fs::write(d.join("edgelink.log"), "kept\n").unwrap();
+    immutable.set(&d.join("edgelink.log"));
+    cases.push((
+        d.clone(),
+        format!("{}/edgelink.log", d.display()),
+        "not writable",
+    ));
+    let d = dir("immutable-dir");
+    immutable.set(&d);
+    cases.push((
+        d.clone(),
+        format!("{}/edgelink.log", d.display()),
+        "not writable",
+    ));
+    // The directory cannot be made: a file stands where a parent should be.
+    std::fs::write(tmp.path().join("a-file"), "").unwrap();
+    let d = tmp.path().join("a-file/logs");
+    cases.push((
+        d.clone(),
+        format!("{}/edgelink.log", d.display()),
+        "cannot be created",
+    ));
+    // The directory is a symbolic link (to a good directory).
+    let real = dir("real");
+    let link = tmp.path().join("linked");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    cases.push((
+        link.clone(),
+        format!("{}/edgelink.log", link.display()),
+        "symbolic link",
+    ));
+    let d = dir("relative");
+    cases.push((d, "edgelink.log".to_string(), "not an absolute path"));
+
+    for (i, (log_dir, value, needle)) in cases.iter().enumerate() {
+        let log_dir_s = log_dir.display().to_string();
+        let mut conf = lab.bridge_conf("1.0.0");
+        conf["logFile"] = json!(value);
+        conf["logLevel"] = json!("debug");
+        let cid = format!("logfile{i}");
+        for command in ["ADD", "DEL"] {
+            let mut call = Call::new(command, &cid, Some(&p), "net1");
+            call.extra_env.push(("EDGELINK_LOG_DIR", &log_dir_s));
+            let out = call.run(&lab.node, &conf);
+            let msg = expect_err(
+                &out,
+                7,
+                &["logFile", value.as_str(), needle],
+                &lab,
+                &pods,
+                &before,
+            );
+            // The reason is on stderr too, for a runtime that logs it.
+            assert!(out.stderr.contains("logFile"), "{command} {value}: {msg}");
+        }
+    }
+    // Nothing was created anywhere.
+    assert!(!tmp.path().join("a-file/logs").exists());
+    assert!(!tmp.path().join("immutable-dir/edgelink.log").exists());
+    assert!(!real.join("edgelink.log").exists());
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("immutable-file/edgelink.log")).unwrap(),
+        "kept\n"
+    );
+    drop(immutable);
+    // The same configuration with a good directory works.
+    let good = dir("good");
+    let good_s = good.display().to_string();
+    let mut conf = lab.bridge_conf("1.0.0");
+    conf["logFile"] = json!(format!("{good_s}/edgelink.log"));
+    let mut call = Call::new("ADD", "logfile-good", Some(&p), "net1");
+    call.extra_env.push(("EDGELINK_LOG_DIR", &good_s));
+    call.run(&lab.node, &conf).ok();
+    let mut call = Call::new("DEL", "logfile-good", Some(&p), "net1");
+    call.extra_env.push(("EDGELINK_LOG_DIR", &good_s));
+    call.run(&lab.node, &conf).ok_empty();
+    assert!(good.join("edgelink.log").is_file());
+    // (DEL leaves the bridge and its uplink port, as always.)
+    let after = state(&lab, &pods);
+    assert_eq!(
+        (after.pod_links, after.reserved, after.records),
+        (before.pod_links, before.reserved, before.records)
+    );
+}

@@ -18,6 +18,20 @@ fn a_bad_flag_exits_64_with_a_message_naming_it() {
         ),
         (&["run", "--state-dir", "relative/dir"], "--state-dir"),
         (
+            &["run", "--state-dir", &sd, "--cni-path", "opt/cni/bin"],
+            "--cni-path",
+        ),
+        (
+            &[
+                "run",
+                "--state-dir",
+                &sd,
+                "--cni-path",
+                "/usr/lib/cni:/no/such/dir",
+            ],
+            "--cni-path",
+        ),
+        (
             &["run", "--state-dir", &sd, "--status-addr", "localhost"],
             "--status-addr",
         ),

@@ -1,8 +1,9 @@
 //! Promises the docs make about the daemon that no other test held it to:
 //! the IPAM GC grace, target probes, the ready socket pool, the status
 //! endpoint's connection timeout, exit code 1 on a failed start, and the
-//! reclaim of an attachment whose IPAM is delegated (the delegate's own
-//! reservation is left to its GC, as documented).
+//! reclaim of an attachment whose IPAM is delegated (without `--cni-path`
+//! the delegate's own reservation is left to its GC; with it, the daemon
+//! runs the delegate's DEL and keeps the record while that fails).
 //!
 //! Each test passes the flags it depends on itself (the lab's defaults may
 //! change), and waits for conditions with generous deadlines.
@@ -410,4 +411,109 @@ fn a_pod_with_delegated_ipam_is_reclaimed_and_the_delegates_reservation_is_left_
     );
     // As documented: the delegate's reservation is its own GC's to release.
     assert_eq!(ip_files(&hl.join(NET)), vec!["172.31.250.170"]);
+}
+
+/// A lab whose pod got its address from host-local (data in the lab's
+/// state directory), served by a daemon started with `flags` and a 1 s
+/// reconcile pass. Returns the lab and host-local's directory of the
+/// network.
+fn host_local_lab(flags: &[&str]) -> (DLab, PathBuf) {
+    assert!(
+        Path::new("/usr/lib/cni/host-local").exists(),
+        "/usr/lib/cni/host-local is missing (scripts/install-deps.sh test)"
+    );
+    let mut all = vec!["--reconcile-interval", "1", "--probe-interval", "0"];
+    all.extend_from_slice(flags);
+    let mut l = lab_with(&all, false);
+    let hl = l.lab.state.path().join("host-local");
+    l.conf["ipam"] = json!({
+        "type": "host-local",
+        "ranges": [[{"subnet": "172.31.250.0/24", "rangeStart": "172.31.250.170",
+                     "rangeEnd": "172.31.250.172", "gateway": "172.31.250.1"}]],
+        "routes": [{"dst": "172.30.0.0/16"}],
+        "dataDir": hl.display().to_string()
+    });
+    l.add();
+    l.wait_serving();
+    assert_eq!(l.net1_ip(), "172.31.250.170");
+    assert_eq!(ip_files(&hl.join(NET)), vec!["172.31.250.170"]);
+    assert!(l.lab.reserved(NET).is_empty(), "built-in IPAM was used");
+    (l, hl.join(NET))
+}
+
+fn daemon_log(l: &DLab) -> String {
+    std::fs::read_to_string(l.logs.path().join("edgelinkd-promises.log")).unwrap_or_default()
+}
+
+#[test]
+fn with_cni_path_a_reclaimed_pods_delegated_ipam_releases_its_address() {
+    let (l, reserved) = host_local_lab(&["--cni-path", "/usr/lib/cni"]);
+    sh(&["ip", "netns", "del", &l.pod.name]);
+    let s = l.wait_status(Duration::from_secs(20), "attachment reclaimed", |s| {
+        s["attachments"].as_array().is_some_and(|a| a.is_empty()) && s["reclaimedTotal"] == 1
+    });
+    assert_eq!(s["reclaimedTotal"], 1);
+    assert!(
+        wait_until(Duration::from_secs(10), || l.lab.records().is_empty()),
+        "the record is still there: {:?}",
+        l.lab.records()
+    );
+    // host-local's reservation file for the address is gone.
+    assert!(
+        ip_files(&reserved).is_empty(),
+        "host-local still holds {:?}",
+        ip_files(&reserved)
+    );
+    let log = daemon_log(&l);
+    assert!(
+        log.contains("the delegated IPAM released the reservation"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_delegate_missing_from_cni_path_keeps_the_record_and_is_retried_until_it_is_there() {
+    let bin = tempfile::tempdir().unwrap();
+    let bin_s = bin.path().display().to_string();
+    let (l, reserved) = host_local_lab(&["--cni-path", &bin_s]);
+    let records = l.lab.records();
+    sh(&["ip", "netns", "del", &l.pod.name]);
+    // The listeners are closed at once; the failure is logged, naming the
+    // plugin and where it was looked for.
+    l.wait_status(Duration::from_secs(20), "listeners closed", |s| {
+        s["attachments"].as_array().is_some_and(|a| a.is_empty())
+    });
+    assert!(
+        wait_until(Duration::from_secs(20), || daemon_log(&l)
+            .contains("cannot release the delegated IPAM's reservation")),
+        "{}",
+        daemon_log(&l)
+    );
+    let log = daemon_log(&l);
+    let line = log
+        .lines()
+        .find(|x| x.contains("cannot release the delegated IPAM's reservation"))
+        .unwrap();
+    assert!(
+        line.contains("host-local") && line.contains("not found") && line.contains(&bin_s),
+        "{line}"
+    );
+    // Kept: the record (the only configuration that can release the
+    // address) and the reservation; nothing counted as reclaimed.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(l.lab.records(), records);
+    assert_eq!(ip_files(&reserved), vec!["172.31.250.170"]);
+    assert_eq!(l.status()["reclaimedTotal"], 0);
+
+    // The plugin appears: the next pass releases the address and reclaims.
+    std::os::unix::fs::symlink("/usr/lib/cni/host-local", bin.path().join("host-local")).unwrap();
+    l.wait_status(Duration::from_secs(20), "reclaimed", |s| {
+        s["reclaimedTotal"] == 1
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || l.lab.records().is_empty()),
+        "the record is still there: {:?}",
+        l.lab.records()
+    );
+    assert!(ip_files(&reserved).is_empty(), "{:?}", ip_files(&reserved));
 }

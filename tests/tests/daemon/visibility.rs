@@ -136,6 +136,57 @@ fn metrics_and_status_show_the_traffic_that_was_sent() {
     assert!(text.trim_end().ends_with("# EOF"), "not OpenMetrics text");
 }
 
+/// A UDP forward's sessions are its connections, the same number in
+/// /status (`totalConnections` = `udpSessionsTotal`), in /metrics
+/// (`edgelink_connections_total` = `edgelink_udp_sessions_total`) and in the
+/// `edgelinkd status` table (TOTAL). /metrics said 0 connections while the
+/// table showed the sessions.
+#[test]
+fn a_udp_forwards_sessions_are_its_connections_in_status_metrics_and_the_table() {
+    let l = DLab::new();
+    // Three clients (three sessions), two round trips each.
+    assert!(crate::udp::udp_clients(&l, 3, 2).is_empty());
+
+    let s = l.wait_status(Duration::from_secs(5), "three sessions", |s| {
+        forward_of(s, "telemetry")["udpSessionsTotal"] == 3
+    });
+    let udp = forward_of(&s, "telemetry");
+    assert_eq!(udp["totalConnections"], 3, "{udp:#}");
+    assert_eq!(udp["activeConnections"], udp["udpSessions"], "{udp:#}");
+    // TCP forwards count connections only.
+    assert_eq!(forward_of(&s, "api")["totalConnections"], 0);
+
+    let (code, _, text) = l.http("GET", "/metrics");
+    assert_eq!(code, 200);
+    let m = |name: &str, fwd: &str| {
+        metric_value(&text, name, fwd).unwrap_or_else(|| panic!("{name} {fwd}:\n{text}"))
+    };
+    assert_eq!(m("edgelink_connections_total", "telemetry"), 3.0);
+    assert_eq!(m("edgelink_udp_sessions_total", "telemetry"), 3.0);
+    assert_eq!(
+        m("edgelink_active_connections", "telemetry"),
+        m("edgelink_active_udp_sessions", "telemetry")
+    );
+    assert_eq!(m("edgelink_connections_total", "api"), 0.0);
+
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &l.lab.node.name])
+        .arg(daemon_bin())
+        .args(["status", "--status-addr", "127.0.0.1:9310"])
+        .output()
+        .expect("edgelinkd status");
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let row: Vec<&str> = table
+        .lines()
+        .find(|r| r.contains("telemetry/udp"))
+        .unwrap_or_else(|| panic!("no telemetry row: {table}"))
+        .split_whitespace()
+        .collect();
+    // POD FORWARD TARGET LISTENER ACTIVE TOTAL ...
+    assert_eq!(row[5], "3", "TOTAL: {table}");
+}
+
 #[test]
 fn healthz_and_livez_answer_200_with_json() {
     let l = DLab::new();
