@@ -331,6 +331,16 @@ impl DLab {
             "the new daemon did not take over: {}",
             self.daemon().log_text()
         );
+        // How long it took, from both sides' logs.
+        let new_log = self.daemon().log_text();
+        for line in old
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("handed over: exiting"))
+            .chain(new_log.lines().filter(|l| l.contains("taking over") || l.contains("serving attachment")))
+        {
+            eprintln!("take-over: {line}");
+        }
     }
 
     pub fn daemon(&mut self) -> &mut Edgelinkd {
