@@ -520,7 +520,10 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: 
     let reset = |client: &tokio::net::TcpStream| {
         let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
     };
-    let park = ctx.shared.lot.token();
+    // A token of its own, cancelled with the daemon's: every wait of the
+    // relay registers with it, and the daemon-wide one is not a lock all
+    // connections of all workers contend for.
+    let park = ctx.shared.lot.token().child_token();
     // Admission under `maxConnections` (first in, first out; the permit is
     // held until the relay ends), then the connect. A hand-over meanwhile
     // takes the client as it is: the next daemon does both again.
@@ -632,7 +635,7 @@ async fn resumed(conn: ParkedConn, ctx: Ctx, slot: Slot, guard: Guard) {
             let permit = ctx.forward.protection.try_take();
             let cfg = relay_config(&ctx);
             let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
-            let park = ctx.shared.lot.token();
+            let park = ctx.shared.lot.token().child_token();
             let pipes = ctx.shared.pipes.clone();
             let c = &ctx.forward.counters;
             let run = edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park);
