@@ -337,7 +337,11 @@ impl DLab {
             .log_text()
             .lines()
             .filter(|l| l.contains("handed over: exiting"))
-            .chain(new_log.lines().filter(|l| l.contains("taking over") || l.contains("serving attachment")))
+            .chain(
+                new_log
+                    .lines()
+                    .filter(|l| l.contains("taking over") || l.contains("serving attachment")),
+            )
         {
             eprintln!("take-over: {line}");
         }
