@@ -166,9 +166,15 @@ say "$NEW serves on $want nodes ($(ms) ms)"
 # What the old pods did: handed over and exited 0, then (restarted) idle.
 for p in "${old_pods[@]}"; do
     read -r pod node _ <<<"$p"
+    # the kubelet records the exit and restarts the container within a second or two
+    for _ in {1..20}; do
+        [[ -n $(kc get pod "$pod" -o jsonpath='{.status.containerStatuses[?(@.name=="edgelinkd")].lastState.terminated.exitCode}' 2>/dev/null) ]] && break
+        sleep 0.5
+    done
     state=$(kc get pod "$pod" -o jsonpath='{range .status.containerStatuses[?(@.name=="edgelinkd")]}restarts {.restartCount}, last exit {.lastState.terminated.exitCode}{end}' 2>/dev/null || true)
     line=$(kc logs "$pod" -c edgelinkd --previous 2>/dev/null | grep -m 1 -o 'handed over: exiting.*' || true)
-    say "$node: old pod $pod: ${state:-?}; ${line:-no hand-over line in its previous log (yet)}"
+    now=$(kc logs "$pod" -c edgelinkd 2>/dev/null | grep -m 1 -o 'idle until stopped' || true)
+    say "$node: old pod $pod: ${state:-?}; ${line:-no hand-over line in its previous log (yet)}; now: ${now:-not idle (yet)}"
 done
 
 # --- the old DaemonSet goes: its pods' idle processes exit 0 -----------------------------------

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The end-to-end checks of issues 10 and 11 (e2e-operator.sh) on the kube lab (`make e2e-kube`):
+# The end-to-end checks of issues 10, 11 (e2e-operator.sh) and 13 (8b, 8c) on the kube lab (`make e2e-kube`):
 # `scripts/kube-lab.sh up` (which installs edgelink: edgelink.sh), then one
 # PASS/FAIL line per check, then "N passed, M failed". The lab is brought
 # down at the end, always, unless KEEP=1. docs/kube-lab.md lists the checks.
@@ -402,6 +402,8 @@ c8b_takeover() {
   note "baseline  (8):  $BASELINE"
   ((ok)) && [[ $img == edgelink:0.1.0 && $n == 1 ]] &&
     grep -q 'took over' "$RUN/logs/e2e-upgrade-1.log" && grep -q 'took over' "$RUN/logs/e2e-upgrade-2.log" &&
+    grep -q 'last exit 0; handed over: exiting' "$RUN/logs/e2e-upgrade-1.log" &&
+    grep -q 'last exit 0; handed over: exiting' "$RUN/logs/e2e-upgrade-2.log" &&
     grep -Eq '^long 50: established 50, dropped 0 .*; new: ok [1-9][0-9]*, refused 0, failed 0;' "$out" &&
     until_ok 20 tcp_ok
 }
