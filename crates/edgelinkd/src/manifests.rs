@@ -125,6 +125,29 @@ fn the_daemonset_runs_edgelinkd_with_what_it_uses() {
         .any(|e| e["name"] == "NODE_NAME"
             && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"));
 
+    // Updates that drop nothing (docs/install.md): a new daemon started
+    // beside the old one takes everything over (--takeover, harmless when
+    // none runs), and knows itself by its pod's UID, which a container
+    // restarted after it handed over keeps: it is refused and idles.
+    assert!(args.takeover, "{argv:?}: no --takeover");
+    let uid_var = env
+        .iter()
+        .find(|e| e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid")
+        .expect("an environment variable with the pod's UID");
+    assert_eq!(
+        Some(uid_var["name"].as_str().unwrap()),
+        instance_id_env().as_deref(),
+        "the pod's UID must reach --instance-id"
+    );
+    assert!(
+        !argv.iter().any(|a| a.starts_with("--instance-id")),
+        "--instance-id on the command line would be the same for every pod"
+    );
+    // A second edgelinkd pod on the node (surge, second DaemonSet) must
+    // fit: with hostNetwork every declared port is a hostPort, which the
+    // scheduler gives to one pod of a node only.
+    assert_no_host_ports(pod);
+
     // Least privilege.
     let sc = &c["securityContext"];
     assert_ne!(sc["privileged"], true);
@@ -140,6 +163,42 @@ fn the_daemonset_runs_edgelinkd_with_what_it_uses() {
         assert!(c["resources"][kind].is_object(), "no resources.{kind}");
     }
     assert_eq!(pod["nodeSelector"]["edgelink.io/edge"], "true");
+}
+
+/// The environment variable `edgelinkd run --instance-id` reads.
+fn instance_id_env() -> Option<String> {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let run = cli
+        .get_subcommands()
+        .find(|c| c.get_name() == "run")
+        .expect("edgelinkd run");
+    let arg = run
+        .get_arguments()
+        .find(|a| a.get_long() == Some("instance-id"))
+        .expect("edgelinkd run --instance-id");
+    arg.get_env().map(|e| e.to_string_lossy().into_owned())
+}
+
+/// No port declared by a host-network pod's containers: each would be a
+/// hostPort (the API sets hostPort = containerPort), and the scheduler would
+/// keep a second edgelinkd pod off the node, so no update could start the
+/// new daemon beside the old one to take over.
+fn assert_no_host_ports(pod: &Value) {
+    if pod["hostNetwork"] != true {
+        return;
+    }
+    for list in ["initContainers", "containers"] {
+        for c in pod[list].as_array().into_iter().flatten() {
+            assert!(
+                c["ports"].as_array().is_none_or(|p| p.is_empty()),
+                "{}: ports {} on a host-network pod are hostPorts: a second edgelinkd pod (surge, \
+                 second DaemonSet) could not be scheduled on the node",
+                c["name"],
+                c["ports"]
+            );
+        }
+    }
 }
 
 /// No hostPath under /var/run: a propagated mount there is refused on a node
@@ -365,7 +424,58 @@ fn all_manifests() -> Vec<PathBuf> {
     let mut out = Vec::new();
     walk(&repo().join("daemonset"), &mut out);
     walk(&repo().join("cni-conf"), &mut out);
+    // daemonset/upgrade/ holds patches for newer Kubernetes, applied by
+    // hand where it has what they use (checked below, one by one).
+    out.retain(|p| !p.starts_with(repo().join("daemonset/upgrade")));
     out
+}
+
+/// `kubectl patch`'s strategic merge, as far as these patches need it:
+/// maps merge, everything else replaces.
+fn merge(into: &mut Value, patch: &Value) {
+    match (into, patch) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b.clone(),
+    }
+}
+
+#[test]
+fn the_surge_patch_makes_updates_take_overs_on_kubernetes_1_22_and_newer() {
+    let path = repo().join("daemonset/upgrade/surge.yaml");
+    let patches = documents(&path);
+    assert_eq!(patches.len(), 1, "one patch");
+    let mut ds = daemonset();
+    merge(&mut ds, &patches[0]);
+    let ru = &ds["spec"]["updateStrategy"]["rollingUpdate"];
+    assert_eq!(ds["spec"]["updateStrategy"]["type"], "RollingUpdate");
+    // The new pod first, the old one deleted once the new one is ready: a
+    // node always has a daemon, and the new one takes over.
+    assert_eq!(ru["maxSurge"], 1);
+    assert_eq!(ru["maxUnavailable"], 0);
+    // Ready for a while: the probe that made it ready was answered by the
+    // new daemon, which took the status listener over (~50 ms), not by the
+    // old one, and it did not exit (a failed take-over).
+    let min_ready = ds["spec"]["minReadySeconds"].as_u64().unwrap_or(0);
+    let probe =
+        &container(&ds["spec"]["template"]["spec"], "containers", "edgelinkd")["readinessProbe"];
+    assert!(min_ready >= 1, "minReadySeconds {min_ready}");
+    assert!(
+        min_ready >= probe["periodSeconds"].as_u64().unwrap_or(10),
+        "minReadySeconds {min_ready} shorter than the readiness probe's period"
+    );
+    // Only where maxSurge exists: the docs say 1.22 (on by default).
+    let newer = newer_fields(&ds, MIN_KUBERNETES);
+    assert_eq!(
+        newer,
+        ["DaemonSet/edgelinkd: spec.updateStrategy.rollingUpdate.maxSurge (Kubernetes 1.21)"]
+    );
+    assert!(newer_fields(&ds, (1, 22)).is_empty());
+    // The pods it surges fit beside the old ones, which take-overs need.
+    assert_no_host_ports(&ds["spec"]["template"]["spec"]);
 }
 
 #[test]
