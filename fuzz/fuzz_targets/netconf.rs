@@ -12,7 +12,8 @@
 //! name), unique (protocol, port), port and target port non-zero, a unicast
 //! target inside the allowed networks, timeouts and caps in their bounds,
 //! no relay-only or TCP-only setting where it does not apply; and forwards
-//! that survive the record's JSON unchanged.
+//! that survive the record's JSON unchanged. Any config that parses is
+//! passed on (to a delegated IPAM, into the record) unchanged.
 #![no_main]
 
 use edgelink::config::{Config, Ipam, Mode};
@@ -42,6 +43,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(net) = NetConf::parse(stdin) else {
         return;
     };
+    // What a delegated IPAM gets on stdin, and the record's cniConfig:
+    // the config as received, every value unchanged.
+    let again: serde_json::Value = serde_json::from_str(&net.raw.to_string()).unwrap();
+    assert_eq!(again, net.raw, "the config changes when passed on");
     let Ok(cfg) = Config::parse(net, &env) else {
         return;
     };
