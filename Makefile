@@ -138,7 +138,7 @@ bench-bins:
 # come from `make fuzz FUZZ_SECONDS=1200`.
 FUZZ_SECONDS ?= 60
 fuzz:
-	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+	CARGO="$(CARGO)" FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
 # The DaemonSet's image. The manifests name edgelink:$(VERSION); push it
 # where the nodes pull from (docs/install.md).
