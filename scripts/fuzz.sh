@@ -5,9 +5,9 @@
 #
 # FUZZ_SECONDS  run time per target (default 60; -max_total_time)
 # FUZZ_RSS_MB   libFuzzer's memory limit per target (default 2048)
-# FUZZ_MAX_LEN  longest input tried (default 16384 bytes: a config or
-#               record with dozens of forwards; the protocol lines and
-#               CNI_ARGS are far shorter)
+# FUZZ_MAX_LEN  longest input tried (default 16384 bytes for a config, a
+#               Result or a record, which may list dozens of forwards;
+#               4096 for a control line and CNI_ARGS, which are far shorter)
 #
 # Works with the stable toolchain alone: cargo-fuzz's nightly flags
 # (-Zsanitizer=address and the sancov passes) are allowed by
@@ -26,7 +26,6 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 RSS_MB=${FUZZ_RSS_MB:-2048}
-MAX_LEN=${FUZZ_MAX_LEN:-16384}
 ALL=(netconf result record control cni_args)
 # (handover: the sixth target, crates/handover's messages, joins ALL here
 # once that crate exists; see fuzz/Cargo.toml.)
@@ -44,9 +43,13 @@ for t in "${TARGETS[@]}"; do
     mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
     log="fuzz/logs/$t.log"
     before=$(find "fuzz/artifacts/$t" -type f | wc -l)
+    case $t in
+        control | cni_args) max_len=${FUZZ_MAX_LEN:-4096} ;;
+        *) max_len=${FUZZ_MAX_LEN:-16384} ;;
+    esac
     rc=0
     $CARGO fuzz run --fuzz-dir fuzz "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
-        -max_total_time="$SECONDS_EACH" -rss_limit_mb="$RSS_MB" -max_len="$MAX_LEN" \
+        -max_total_time="$SECONDS_EACH" -rss_limit_mb="$RSS_MB" -max_len="$max_len" \
         -timeout=10 -print_final_stats=1 >"$log" 2>&1 || rc=$?
     # The last status line: "#N DONE cov: C ft: F corp: U/S lim: L exec/s: E rss: R".
     last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
