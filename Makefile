@@ -19,7 +19,7 @@ VERSION           ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | 
 IMAGE             ?= edgelink:$(VERSION)
 CONTAINER_BUILDER ?= $(notdir $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null))))
 
-.PHONY: all build release static static-operator bench-bins image-offline lint lint-vagrant test test-unit test-e2e e2e-kube e2e-vagrant demo bench image install-yaml clean
+.PHONY: all build release static static-operator bench-bins image-offline lint lint-vagrant test test-unit test-e2e e2e-kube e2e-vagrant demo bench fuzz image install-yaml clean
 
 all: build
 
@@ -51,6 +51,7 @@ static-operator:
 
 lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	scripts/gen-install-yaml.sh --check
 
@@ -126,6 +127,19 @@ bench:
 bench-bins:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink-loadgen -p edgelink-ipam --bins --examples --target $(HOST)
 
+# The cargo-fuzz targets (fuzz/README.md): the plugin's config, prevResult,
+# CNI_ARGS, the attachment records and the control socket's lines, each run
+# for FUZZ_SECONDS (-max_total_time) from the committed seeds (fuzz/seeds/)
+# plus the corpus earlier runs grew (fuzz/corpus/, not committed); one line
+# per target (execs, coverage, corpus); fails if a target crashes (the input
+# is left in fuzz/artifacts/<target>/). The stable toolchain is enough
+# (RUSTC_BOOTSTRAP=1, address sanitizer); cargo-fuzz is installed on first
+# use (scripts/install-cargo-fuzz.sh). The figures in docs/reliability.md
+# come from `make fuzz FUZZ_SECONDS=1200`.
+FUZZ_SECONDS ?= 60
+fuzz:
+	CARGO="$(CARGO)" FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
 # The DaemonSet's image. The manifests name edgelink:$(VERSION); push it
 # where the nodes pull from (docs/install.md).
 image:
@@ -147,3 +161,4 @@ install-yaml:
 
 clean:
 	$(CARGO) clean
+	rm -rf fuzz/target

@@ -18,6 +18,86 @@ use std::time::Duration;
 /// File name of the daemon's unix socket inside the state directory.
 pub const DAEMON_SOCKET: &str = "edgelinkd.sock";
 
+/// One request line, as the daemon reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `rescan`.
+    Rescan,
+    /// `check <containerID> <ifname>`.
+    Check {
+        container_id: String,
+        ifname: String,
+    },
+    /// `reap <ifindex> <name> <netns path>`; the path is absolute and may
+    /// hold spaces (it is the rest of the line).
+    Reap {
+        index: u32,
+        name: String,
+        netns: String,
+    },
+}
+
+/// Why the daemon refused a request line; it answers `error: <this>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error(
+        "expected `rescan`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
+    )]
+    Unknown,
+    #[error("expected `reap <ifindex> <name> <netns>`")]
+    ReapArguments,
+    #[error("{0:?} is not an interface index")]
+    Index(String),
+    #[error("{0:?} is not an absolute path")]
+    NotAbsolute(String),
+}
+
+impl Request {
+    /// Parse one line as read from the socket (with or without its
+    /// trailing `\n`).
+    pub fn parse(line: &str) -> Result<Request, RequestError> {
+        if let Some(rest) = line.strip_prefix("reap ") {
+            let mut parts = rest.trim_end_matches('\n').splitn(3, ' ');
+            let (Some(index), Some(name), Some(netns)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(RequestError::ReapArguments);
+            };
+            let Ok(index) = index.parse::<u32>() else {
+                return Err(RequestError::Index(index.to_string()));
+            };
+            if !netns.starts_with('/') {
+                return Err(RequestError::NotAbsolute(netns.to_string()));
+            }
+            return Ok(Request::Reap {
+                index,
+                name: name.to_string(),
+                netns: netns.to_string(),
+            });
+        }
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("rescan"), None, None) => Ok(Request::Rescan),
+            (Some("check"), Some(cid), Some(ifname)) => Ok(Request::Check {
+                container_id: cid.to_string(),
+                ifname: ifname.to_string(),
+            }),
+            _ => Err(RequestError::Unknown),
+        }
+    }
+
+    /// The line the plugin sends (without the `\n`).
+    pub fn line(&self) -> String {
+        match self {
+            Request::Rescan => "rescan".to_string(),
+            Request::Check {
+                container_id,
+                ifname,
+            } => format!("check {container_id} {ifname}"),
+            Request::Reap { index, name, netns } => format!("reap {index} {name} {netns}"),
+        }
+    }
+}
+
 /// One forward as the daemon serves it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardLive {
@@ -37,6 +117,11 @@ pub struct CheckReply {
 }
 
 impl CheckReply {
+    /// The daemon's reply line to `check`, as the plugin reads it.
+    pub fn parse(reply: &str) -> Result<CheckReply, serde_json::Error> {
+        serde_json::from_str(reply.trim())
+    }
+
     /// Every forward has its listener up.
     pub fn live(&self) -> bool {
         self.found && self.forwards.iter().all(|f| f.listening)
@@ -91,13 +176,12 @@ impl Reaper {
             .ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "netns path is not UTF-8")
             })?;
-        match send(
-            self.0,
-            &format!("reap {index} {name} {netns}"),
-            Duration::from_secs(1),
-        )?
-        .as_str()
-        {
+        let request = Request::Reap {
+            index,
+            name: name.to_string(),
+            netns: netns.to_string(),
+        };
+        match send(self.0, &request.line(), Duration::from_secs(1))?.as_str() {
             "ok" => Ok(()),
             other => Err(std::io::Error::other(format!("daemon answered {other:?}"))),
         }
@@ -113,7 +197,7 @@ pub fn nudge_daemon(state_dir: &Path) {
     }
     if let Ok(mut s) = UnixStream::connect(&path) {
         let _ = s.set_write_timeout(Some(Duration::from_millis(50)));
-        let _ = s.write_all(b"rescan\n");
+        let _ = s.write_all(format!("{}\n", Request::Rescan.line()).as_bytes());
     }
 }
 
@@ -124,11 +208,11 @@ pub fn query_daemon(
     ifname: &str,
     timeout: Duration,
 ) -> std::io::Result<Option<CheckReply>> {
-    let reply = match exchange(
-        state_dir,
-        &format!("check {container_id} {ifname}"),
-        timeout,
-    ) {
+    let request = Request::Check {
+        container_id: container_id.to_string(),
+        ifname: ifname.to_string(),
+    };
+    let reply = match exchange(state_dir, &request.line(), timeout) {
         Ok(r) => r,
         Err(e)
             if matches!(
@@ -140,10 +224,81 @@ pub fn query_daemon(
         }
         Err(e) => return Err(e),
     };
-    serde_json::from_str(&reply).map(Some).map_err(|e| {
+    CheckReply::parse(&reply).map(Some).map_err(|e| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("daemon answered {reply:?}: {e}"),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_requests_as_the_daemon_always_did() {
+        assert_eq!(Request::parse("rescan\n"), Ok(Request::Rescan));
+        assert_eq!(Request::parse("  rescan \r\n"), Ok(Request::Rescan));
+        assert_eq!(
+            Request::parse("check c1 net1\n"),
+            Ok(Request::Check {
+                container_id: "c1".into(),
+                ifname: "net1".into()
+            })
+        );
+        // The netns path is the rest of the line: it may hold spaces.
+        assert_eq!(
+            Request::parse("reap 7 net1 /run/netns/a b\n"),
+            Ok(Request::Reap {
+                index: 7,
+                name: "net1".into(),
+                netns: "/run/netns/a b".into()
+            })
+        );
+        assert_eq!(Request::parse("rescan now"), Err(RequestError::Unknown));
+        assert_eq!(Request::parse("check c1"), Err(RequestError::Unknown));
+        assert_eq!(Request::parse("reap\n"), Err(RequestError::Unknown));
+        assert_eq!(
+            Request::parse("reap 7 net1"),
+            Err(RequestError::ReapArguments)
+        );
+        assert_eq!(
+            Request::parse("reap x net1 /n"),
+            Err(RequestError::Index("x".into()))
+        );
+        assert_eq!(
+            Request::parse("reap 7 net1 n\n"),
+            Err(RequestError::NotAbsolute("n".into()))
+        );
+        // The daemon's answers, word for word.
+        assert_eq!(
+            format!("error: {}", RequestError::Index("x".into())),
+            "error: \"x\" is not an interface index"
+        );
+        assert_eq!(
+            format!("error: {}", RequestError::Unknown),
+            "error: expected `rescan`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
+        );
+    }
+
+    #[test]
+    fn what_the_plugin_sends_is_read_back_the_same() {
+        for r in [
+            Request::Rescan,
+            Request::Check {
+                container_id: "0123abc".into(),
+                ifname: "net1".into(),
+            },
+            Request::Reap {
+                index: 42,
+                name: "net1".into(),
+                netns: "/proc/4242/ns/net".into(),
+            },
+        ] {
+            assert_eq!(Request::parse(&format!("{}\n", r.line())), Ok(r));
+        }
+        let reply = CheckReply::parse("{\"found\":true,\"forwards\":[]}\n").unwrap();
+        assert!(reply.live());
+    }
 }

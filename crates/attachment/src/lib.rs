@@ -15,7 +15,8 @@ mod naming;
 mod store;
 
 pub use control::{
-    nudge_daemon, query_daemon, CheckReply, ForwardLive, Reaper, DAEMON_SOCKET, RETIRED_ALIAS,
+    nudge_daemon, query_daemon, CheckReply, ForwardLive, Reaper, Request, RequestError,
+    DAEMON_SOCKET, RETIRED_ALIAS,
 };
 pub use forward::{Forward, ForwardPath, Protocol, ProxyProtocol};
 pub use store::{Listed, RecordStore, STALE_TEMP};
@@ -68,6 +69,25 @@ pub struct Record {
     /// only there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_namespace: Option<u64>,
+}
+
+impl Record {
+    /// A record file's content, as the daemon (and DEL, CHECK, GC) read it;
+    /// `path` is only for the error.
+    pub fn parse(path: &std::path::Path, bytes: &[u8]) -> Result<Record, RecordError> {
+        serde_json::from_slice(bytes).map_err(|e| RecordError::Malformed {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// The content [`RecordStore::write`] gives a record file: pretty JSON
+    /// and a newline.
+    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut body = serde_json::to_vec_pretty(self)?;
+        body.push(b'\n');
+        Ok(body)
+    }
 }
 
 /// The inode of this process's PID namespace (see [`Record::pid_namespace`]).

@@ -101,7 +101,7 @@ impl RecordStore {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed),
         ));
-        let body = serde_json::to_vec_pretty(rec).map_err(|e| RecordError::Malformed {
+        let body = rec.encode().map_err(|e| RecordError::Malformed {
             path: path.clone(),
             reason: e.to_string(),
         })?;
@@ -123,7 +123,6 @@ impl RecordStore {
                 other => other?,
             };
             f.write_all(&body)?;
-            f.write_all(b"\n")?;
             sync(&f, &tmp)?;
             fs::rename(&tmp, &path)
         })();
@@ -331,10 +330,7 @@ fn sync(f: &fs::File, path: &Path) -> std::io::Result<()> {
 }
 
 fn parse(path: &Path, bytes: &[u8]) -> Result<Record, RecordError> {
-    serde_json::from_slice(bytes).map_err(|e| RecordError::Malformed {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+    Record::parse(path, bytes)
 }
 
 #[cfg(test)]

@@ -31,6 +31,11 @@ impl CniArgs {
         args
     }
 
+    /// Every well-formed pair, in the order given (repeats included).
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.pairs
+    }
+
     /// The last value given for `key` (keys are case-sensitive, as in libcni).
     pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs
@@ -90,6 +95,8 @@ mod tests {
         assert_eq!(a.pod_uid(), Some("u-1"));
         assert_eq!(a.ips(), vec!["172.17.16.9/24", "10.1.0.2"]);
         assert!(a.malformed.is_empty());
+        assert_eq!(a.pairs().len(), 7);
+        assert_eq!(a.pairs()[0], ("IgnoreUnknown".into(), "true".into()));
     }
 
     #[test]

@@ -216,6 +216,23 @@ mod tests {
         assert!(e.msg.contains("disableCheck"));
     }
 
+    /// A delegated IPAM gets the numbers of its config exactly as the
+    /// runtime sent them (found with the `record` fuzz target: serde_json's
+    /// default float parsing was off by one unit in the last place).
+    #[test]
+    fn numbers_reach_the_delegate_unchanged() {
+        let c = NetConf::parse(
+            br#"{"cniVersion": "1.0.0", "name": "n", "type": "edgelink",
+                "ipam": {"type": "dhcp", "leaseRatio": 1.0715660391465826e-75}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.raw["ipam"]["leaseRatio"].as_f64(),
+            Some(1.0715660391465826e-75)
+        );
+        assert!(c.raw.to_string().contains("1.0715660391465826e-75"));
+    }
+
     #[test]
     fn gc_lists_both_keys() {
         let c = parse(json!({"cniVersion": "1.1.0", "name": "n", "type": "x",

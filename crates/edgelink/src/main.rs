@@ -1,23 +1,13 @@
 //! `edgelink`, the CNI plugin: reads the environment and the network
 //! configuration, runs one command, prints the Result (or the CNI error
 //! JSON) on stdout. Logs go to stderr or to `logFile`, never to stdout.
+//! The commands, the configuration and the rest live in the library
+//! (src/lib.rs).
 
-mod addressing;
-mod commands;
-mod config;
-mod delegate;
-mod driver;
-mod error;
-#[cfg(test)]
-mod examples;
-mod lock;
-mod logfile;
-mod names;
-mod sysctl;
-
-use config::Config;
+use edgelink::config::{self, Config};
+use edgelink::error::PluginError;
+use edgelink::{commands, logfile};
 use edgelink_cni_spec::{codes, CniError, Command, Env, NetConf};
-use error::PluginError;
 use serde_json::Value;
 use std::io::{Read, Write};
 

@@ -5,6 +5,7 @@
 
 use crate::daemon::Daemon;
 use crate::fds::{self, Lease};
+use edgelink_attachment::Request;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -65,28 +66,25 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
                 }
                 return;
             }
-            if let Some(rest) = line.strip_prefix("reap ") {
-                let answer = reap(&d, rest.trim_end_matches('\n')).await;
-                let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
-                return;
-            }
-            let mut words = line.split_whitespace();
-            let answer = match (words.next(), words.next(), words.next()) {
-                (Some("rescan"), None, None) => {
+            let answer = match Request::parse(&line) {
+                Ok(Request::Rescan) => {
                     d.nudge.notify_one();
                     "ok".to_string()
                 }
-                (Some("check"), Some(cid), Some(ifname)) => {
-                    let mut r = d.check(cid, ifname);
+                Ok(Request::Check {
+                    container_id,
+                    ifname,
+                }) => {
+                    let mut r = d.check(&container_id, &ifname);
                     if !r.found {
                         // The record may be newer than the last pass.
                         d.reconcile().await;
-                        r = d.check(cid, ifname);
+                        r = d.check(&container_id, &ifname);
                     }
                     serde_json::to_string(&r).unwrap_or_default()
                 }
-                _ => "error: expected `rescan`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
-                    .to_string(),
+                Ok(Request::Reap { index, name, netns }) => reap(&d, index, name, netns).await,
+                Err(e) => format!("error: {e}"),
             };
             let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
         });
@@ -123,18 +121,8 @@ async fn accept_at_limit(
 /// retired. Answers once the link is found and checked (its name, and the
 /// retired alias, so that nothing else is ever deleted); the deletion itself
 /// (tens of milliseconds in the kernel) goes on in the background.
-async fn reap(d: &Arc<Daemon>, args: &str) -> String {
-    let mut parts = args.splitn(3, ' ');
-    let (Some(index), Some(name), Some(netns)) = (parts.next(), parts.next(), parts.next()) else {
-        return "error: expected `reap <ifindex> <name> <netns>`".into();
-    };
-    let Ok(index) = index.parse::<u32>() else {
-        return format!("error: {index:?} is not an interface index");
-    };
-    if !netns.starts_with('/') {
-        return format!("error: {netns:?} is not an absolute path");
-    }
-    let (name, netns) = (name.to_string(), std::path::PathBuf::from(netns));
+async fn reap(d: &Arc<Daemon>, index: u32, name: String, netns: String) -> String {
+    let netns = std::path::PathBuf::from(netns);
     let (tx, rx) = tokio::sync::oneshot::channel::<String>();
     let d = d.clone();
     tokio::task::spawn_blocking(move || {
