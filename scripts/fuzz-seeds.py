@@ -15,6 +15,8 @@ tests, manifests and docs already use:
   control   the request lines the plugin and the tests send (rescan, check,
             reap), replies to check, and the plugin-side field lists
   cni_args  the CNI_ARGS strings of the tests (format arguments filled in)
+  handover  edgelinkd's hand-over frames (crates/handover), one of each
+            message, an inventory with every kind of descriptor
 
 Run it again after adding tests or examples; it replaces fuzz/seeds/.
 Seeds are small (<= 4 KiB) and at most 100 per target; each file is named
@@ -311,6 +313,51 @@ def control_lines():
     return lines
 
 
+def handover_frames():
+    """Hand-over frame bodies (crates/handover), as both daemons send them:
+    the messages of a hand-over of one forward with a listener, a relayed
+    connection with bytes in a pipe and a half-closed direction, a waiting
+    connection, and a UDP forward with a session."""
+    peer = {"protocol": 1, "version": "0.1.0", "instance": "pod-uid-a"}
+    state = {
+        "instance": "pod-uid-a",
+        "control": 0,
+        "status": 1,
+        "forwards": [
+            {
+                "containerId": "c1", "ifname": "net1", "name": "api",
+                "listeners": [2],
+                "connections": [
+                    {"client": 3, "upstream": 4,
+                     "toTarget": {"pipe": {"read": 5, "write": 6, "len": 4096},
+                                  "eof": False, "done": False},
+                     "toClient": {"pipe": None, "eof": True, "done": True}},
+                    {"client": 7, "upstream": None},
+                ],
+            },
+            {
+                "containerId": "c1", "ifname": "net1", "name": "telemetry",
+                "udp": [{"listener": 8, "sessions": [
+                    {"peer": "10.244.1.20:40000", "local": "10.244.1.10",
+                     "socket": 9, "idleMs": 120}]}],
+            },
+        ],
+    }
+    msgs = [
+        {"type": "hello", **peer},
+        {"type": "welcome", **peer},
+        {"type": "refused", "reason": "protocol 2, this daemon speaks 1", "code": "protocol"},
+        {"type": "refused", "reason": "handed over", "code": "handedOver"},
+        {"type": "inventory", "fds": 10, "state": state},
+        {"type": "inventory", "fds": 0, "state": {"instance": "x", "control": None,
+                                                   "status": None, "forwards": []}},
+        {"type": "fds", "count": 253},
+        {"type": "confirm"},
+        {"type": "abort", "reason": "descriptor #3 is used twice"},
+    ]
+    return [json.dumps(m) for m in msgs]
+
+
 def netconf_inputs(confs):
     out = [json.dumps(c, indent=2) for c in confs]
     # CNI_ARGS after a NUL: the keys Config::parse reads.
@@ -362,6 +409,7 @@ def main():
         "record": dumps(records(confs)),
         "control": control_lines(),
         "cni_args": cni_args_strings(),
+        "handover": handover_frames(),
     }
     for t, items in REGRESSIONS.items():
         targets[t] = items + targets[t]

@@ -26,9 +26,7 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 RSS_MB=${FUZZ_RSS_MB:-2048}
-ALL=(netconf result record control cni_args)
-# (handover: the sixth target, crates/handover's messages, joins ALL here
-# once that crate exists; see fuzz/Cargo.toml.)
+ALL=(netconf result record control cni_args handover)
 TARGETS=("$@")
 [[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=("${ALL[@]}")
 
@@ -45,6 +43,7 @@ for t in "${TARGETS[@]}"; do
     before=$(find "fuzz/artifacts/$t" -type f | wc -l)
     case $t in
         control | cni_args) max_len=${FUZZ_MAX_LEN:-4096} ;;
+        handover) max_len=${FUZZ_MAX_LEN:-65536} ;;
         *) max_len=${FUZZ_MAX_LEN:-16384} ;;
     esac
     rc=0
