@@ -19,7 +19,7 @@ VERSION           ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | 
 IMAGE             ?= edgelink:$(VERSION)
 CONTAINER_BUILDER ?= $(notdir $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null))))
 
-.PHONY: all build release static static-operator bench-bins image-offline lint lint-vagrant test test-unit test-e2e e2e-kube e2e-vagrant demo bench image install-yaml clean
+.PHONY: all build release static static-operator bench-bins soak-bins image-offline lint lint-vagrant test test-unit test-e2e e2e-kube e2e-vagrant demo bench soak chaos image install-yaml clean
 
 all: build
 
@@ -125,6 +125,36 @@ bench:
 # flags and profile: the dependencies they share are built once).
 bench-bins:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink-loadgen -p edgelink-ipam --bins --examples --target $(HOST)
+
+# Soak and chaos against the built binaries (docs/reliability.md, "Soak
+# and chaos"): scripts/soak/ (1,000 attachments added and deleted for
+# 30 min, 10,000 TCP connections held, 50,000 UDP sessions per round) and
+# scripts/chaos/ (kill -9 every 10 s for 5 min, the pod netns deleted, the
+# state dir full, a torn record, a target that never reads, a SYN flood).
+# Each scenario runs in namespaces it makes and removes; results go to
+# target/soak/, figures to docs/figures/. Durations: the SOAK_*/CHAOS_*
+# variables in each script's docstring; ONLY=name,... picks scenarios;
+# QUICK=1 is a smoke run (about a minute each). Not in `make test`: a full
+# `make soak` takes about 55 min, `make chaos` about 8.
+# Debian's python3: python3-matplotlib comes from the soak group.
+SOAK_PY  ?= /usr/bin/python3
+SOAK_ENV  = EDGELINK_BIN=$(PLUGIN) EDGELINKD_BIN=target/$(HOST)/release/edgelinkd \
+	LOADGEN_BIN=target/$(HOST)/release/elk-loadgen SOAK_FIGURES=$(CURDIR)/docs/figures QUICK=$(QUICK) ONLY=$(ONLY)
+
+soak:
+	$(DEPS) soak
+	$(MAKE) static soak-bins
+	$(SOAK_ENV) $(SOAK_PY) scripts/soak/run.py
+
+chaos:
+	$(DEPS) soak
+	$(MAKE) static soak-bins
+	$(SOAK_ENV) $(SOAK_PY) scripts/chaos/run.py
+
+# The load generator, built like the shipped binaries (shares their
+# dependencies' build).
+soak-bins:
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink-loadgen --target $(HOST)
 
 # The DaemonSet's image. The manifests name edgelink:$(VERSION); push it
 # where the nodes pull from (docs/install.md).

@@ -14,7 +14,8 @@ the state directory and the node's links back to what they were before the
 ADD.
 
     netns_gone.py     (CHAOS_RECONCILE=30 edgelinkd's --reconcile-interval;
-                       CHAOS_NETNS_LOAD=10 s of load before the deletion)
+                       CHAOS_NETNS_LOAD=10 s of load before the deletion;
+                       QUICK=1: 5 and 5)
 """
 import os
 import sys
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import common  # noqa: E402
 from common import ConnLoad, Held, Sampler, Scenario, lab, links, listening, seconds, sh, state_listing, wait_until  # noqa: E402
 
-RECONCILE = seconds("CHAOS_RECONCILE", 30, 30)
+RECONCILE = seconds("CHAOS_RECONCILE", 30, 5)
 LOAD = seconds("CHAOS_NETNS_LOAD", 10, 5)
 PORT, UPORT = 8080, 5000
 

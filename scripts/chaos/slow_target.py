@@ -12,8 +12,8 @@ have closed, nothing moves, and the idle timeout resets the stuck
 connections: the daemon's connections go to 0 and its fds back to where
 they were.
 
-    slow_target.py    (CHAOS_SLOW_CONNS=50, CHAOS_SLOW_PUSH=30;
-                       QUICK=1: 20 conns, 10 s)
+    slow_target.py    (CHAOS_SLOW_CONNS=20, CHAOS_SLOW_PUSH=30;
+                       QUICK=1: 10 conns, 10 s)
 """
 import os
 import socket
@@ -75,7 +75,7 @@ def main():
     import common
     from common import Sampler, Scenario, in_ns, lab, listening, seconds, wait_for, wait_until
 
-    conns = int(os.environ.get("CHAOS_SLOW_CONNS", "20" if common.QUICK else "50"))
+    conns = int(os.environ.get("CHAOS_SLOW_CONNS", "10" if common.QUICK else "20"))
     secs = seconds("CHAOS_SLOW_PUSH", 30, 10)
     with Scenario("slow") as sc:
         p = sc.procs.start("sink", lab.DEV, [sys.executable, os.path.abspath(__file__), "_sink", lab.DEV_IP, str(SINK)])

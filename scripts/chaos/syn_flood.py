@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Chaos: a SYN flood at a forward.
 
-hping3 --flood -S --rand-source from the client netns at the pod's address
-and the forward's port for FLOOD seconds (bounded by `timeout`). The
-spoofed sources have no route in the pod netns, so its SYN-ACKs go nowhere
-and nothing leaves the lab. Meanwhile 50 established connections echo
+hping3 --flood -S from the client netns at the pod's address and the
+forward's port for FLOOD seconds (bounded by `timeout`), from a spoofed
+address (SPOOF, a new source port for every SYN). The pod routes SPOOF's
+subnet to the client netns, which does not own it and does not forward:
+the SYN-ACKs are dropped there unanswered, so every SYN leaves a half-open
+connection in the pod until SYN cookies take over, as in a real flood.
+(With random sources the pod has no route back and drops each SYN at
+once: no flood at all.) Nothing leaves the lab. Meanwhile 50 established connections echo
 every 0.5 s, and a probe opens a new connection (connect + one echo, 3 s
 timeout) every 0.2 s, before, during and after the flood.
 
@@ -27,6 +31,7 @@ from common import Held, Sampler, Scenario, in_ns, lab, listening, seconds, wait
 
 FLOOD = seconds("CHAOS_FLOOD_SECONDS", 20, 8)
 PORT = 8080
+SPOOF, SPOOF_NET = "10.99.0.1", "10.99.0.0/16"
 
 
 def netstat(ns):
@@ -79,6 +84,7 @@ def main():
         routes = common.sh("ip", "-n", lab.POD, "route", "show", "default").stdout.strip()
         if routes:
             raise SystemExit("syn_flood: the pod netns has a default route (%s): spoofed replies could leave" % routes)
+        common.sh("ip", "-n", lab.POD, "route", "add", SPOOF_NET, "via", lab.CLIENT_IP)
         time.sleep(1.0)
         fds0 = common.fds_but_pipes(d.pid)
         n0 = netstat(lab.POD)
@@ -86,11 +92,12 @@ def main():
             time.sleep(5.0)
             t_flood = smp.now()
             fl = sc.procs.start("hping3", lab.CLIENT, ["timeout", "-s", "INT", "%g" % FLOOD, "hping3", "--flood", "-S",
-                                                       "--rand-source", "-p", str(PORT), lab.POD_IP])
+                                                       "-a", SPOOF, "-p", str(PORT), lab.POD_IP])
             fl.wait(timeout=FLOOD + 30)
             t_flood_end = smp.now()
             time.sleep(10.0)
         n1 = netstat(lab.POD)
+        wait_until(lambda: d.metrics().get("edgelink_active_connections", 0) == 0, 10)
         fds1 = common.fds_but_pipes(d.pid)
         tail = sc.procs.tail(fl, 600)
         sent = next((l.split()[0] for l in tail.splitlines() if "packets transmitted" in l), "?")
@@ -117,7 +124,7 @@ def main():
             ax2.set_yscale("log")
         fig = common.rss_figure("chaos-syn-flood", "SYN flood for %.0f s (shaded) at the forward" % FLOOD, smp,
                                 spans=[(t_flood, t_flood_end, "flood")], extra=draw)
-    common.table("Chaos: SYN flood (hping3 --flood --rand-source) at a forward for %.0f s" % FLOOD, [
+    common.table("Chaos: SYN flood (hping3 --flood, spoofed source) at a forward for %.0f s" % FLOOD, [
         ("SYNs sent by hping3", sent),
         ("established connections lost (50 held, echo every 0.5 s)", len(held.lost)),
         ("new connection + echo ok: before / during / after", "%s / %s / %s" % (res["probe_before"], res["probe_during"], res["probe_after"])),

@@ -12,7 +12,7 @@ Checks: edgelinkd's RSS flat after the first cycle (the warm-up), no fd
 leaked, no record or IPAM reservation left, no link left in the node netns.
 
     attach_loop.py            (SOAK_ATTACH_SECONDS=1800, SOAK_ATTACH_PODS=1000;
-                               QUICK=1: 20 s, 100 pods)
+                               QUICK=1: 15 s, 100 pods)
 """
 import os
 import subprocess
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import Sampler, Scenario, cni, lab, links, seconds, state_listing, wait_until  # noqa: E402
 
-SECS = seconds("SOAK_ATTACH_SECONDS", 1800, 20)
+SECS = seconds("SOAK_ATTACH_SECONDS", 1800, 15)
 PODS = int(os.environ.get("SOAK_ATTACH_PODS", "100" if common.QUICK else "1000"))
 TARGET = "172.20.3.250"
 FORWARDS = [{"name": "api", "protocol": "tcp", "port": 8080, "target": TARGET + ":7000"},

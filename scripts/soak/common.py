@@ -385,11 +385,11 @@ def rss_figure(name, title, sampler, marks=(), spans=(), extra=None):
     ax.plot(t, [s[1] / 1024.0 for s in sampler.samples], color="tab:blue", lw=1, label="RSS (MiB)")
     ax.set_xlabel("seconds")
     ax.set_ylabel("edgelinkd RSS (MiB)", color="tab:blue")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, max([s[1] / 1024.0 for s in sampler.samples] + [1.0]) * 1.3)
     ax2 = ax.twinx()
     ax2.plot(t, [s[2] or 0 for s in sampler.samples], color="tab:orange", lw=0.8, label="fds")
     ax2.set_ylabel("edgelinkd fds", color="tab:orange")
-    ax2.set_ylim(bottom=0)
+    ax2.set_ylim(0, max([s[2] or 0 for s in sampler.samples] + [1]) * 1.15)
     for x, label in marks:
         ax.axvline(x, color="grey", lw=0.6, ls=":")
     for a, b, label in spans:

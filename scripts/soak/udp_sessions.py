@@ -14,7 +14,7 @@ sessions idle out (--udp-idle-timeout 20) the daemon's fds back to where
 they started.
 
     udp_sessions.py   (SOAK_UDP_SECONDS=600, SOAK_UDP_SESSIONS=50000,
-                       SOAK_UDP_MAX=10000; QUICK=1: 20 s, 20000, 5000)
+                       SOAK_UDP_MAX=10000; QUICK=1: 15 s, 20000, 5000)
 """
 import json
 import os
@@ -78,7 +78,7 @@ def main():
     import common
     from common import Sampler, Scenario, lab, listening, seconds, sh, state_listing, wait_for, wait_until
 
-    secs = seconds("SOAK_UDP_SECONDS", 600, 20)
+    secs = seconds("SOAK_UDP_SECONDS", 600, 15)
     sessions = int(os.environ.get("SOAK_UDP_SESSIONS", "20000" if common.QUICK else "50000"))
     bound = int(os.environ.get("SOAK_UDP_MAX", "5000" if common.QUICK else "10000"))
     port = 5000
