@@ -306,6 +306,15 @@ fn would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
 
+/// pipe2(2) failed for want of a descriptor (the process's limit or the
+/// system's) or of memory: a direction copies instead.
+fn no_room_for_a_pipe(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    )
+}
+
 /// Largest read past an urgent mark: one page, which an empty pipe always
 /// takes whole.
 const PAST_MARK: usize = 4096;
@@ -447,7 +456,17 @@ impl<'a> Direction<'a> {
                     // Idle: hold no pipe until there is something to move.
                     self.wait_readable(taken, &mut lowat).await?;
                     taken = 0;
-                    pipe = Some(self.pool.acquire()?);
+                    match self.pool.acquire() {
+                        Ok(p) => pipe = Some(p),
+                        // No descriptor (or no memory) for a pipe: a plain
+                        // copy needs neither, and the connection goes on
+                        // (docs/reliability.md, item 34).
+                        Err(e) if no_room_for_a_pipe(&e) => {
+                            tracing::debug!(error = %e, "no pipe to splice through");
+                            return Ok(Spliced::Refused { pipe: None, eof });
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 if let Some(p) = pipe.as_mut() {
                     let before = p.len();
