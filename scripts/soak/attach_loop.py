@@ -107,7 +107,7 @@ def main():
                          cyc["rss_end"], cyc["fds_peak"], cyc["fds_end"]), flush=True)
                 n += 1
         end_state, end_links, end_fds = state_listing(state), links(lab.NODE), common.fd_count(d.pid)
-        left_ns = [p for p in sh("ip", "netns", "list").stdout.split() if p.startswith(lab.TAG + "-p")]
+        left_ns = [p for p in sh("ip", "netns", "list").stdout.split() if p in pods]
         troughs = [(cy["t_end"], cy["rss_end"]) for cy in cycles[1:]]
         res = {
             "pods": PODS, "seconds": SECS, "cycles": len(cycles), "attachments": PODS * len(cycles),
@@ -117,6 +117,7 @@ def main():
             "rss_peak_first_kb": cycles[0]["rss_peak"] if cycles else None,
             "rss_peak_last_kb": cycles[-1]["rss_peak"] if cycles else None,
             "slope_kb_min": common.slope_kb_per_min(troughs),
+            "slope_second_half_kb_min": common.second_half_slope(troughs),
             "fds_before": base_fds, "fds_after": end_fds,
             "state_leaked": sorted(set(end_state) - set(base_state)),
             "links_leaked": sorted(set(end_links) - set(base_links)), "netns_left": left_ns,
@@ -135,7 +136,8 @@ def main():
         ("plugin or netns failures", res["failure_count"]),
         ("RSS after cycle 1 / at the end (KiB)", "%s / %s" % (res["rss_warm_kb"], res["rss_end_kb"])),
         ("RSS at peak, cycle 1 / last (KiB)", "%s / %s" % (res["rss_peak_first_kb"], res["rss_peak_last_kb"])),
-        ("RSS slope after warm-up (KiB/min)", "%.1f" % res["slope_kb_min"]),
+        ("RSS slope after cycle 1 / over its second half (KiB/min)",
+         "%.1f / %.1f" % (res["slope_kb_min"], res["slope_second_half_kb_min"])),
         ("fds before / after", "%s / %s" % (base_fds, end_fds)),
         ("state entries leaked", len(res["state_leaked"])),
         ("node links leaked", len(res["links_leaked"])),

@@ -147,7 +147,7 @@ class Daemon:
             os.unlink(sock)  # a killed daemon's; the new one binds its own
         self.p = self.procs.start("edgelinkd", lab.NODE, [
             lab.DAEMON, "run", "--state-dir", self.state, "--status-addr", "127.0.0.1:%d" % self.port,
-            "--log-level", "warn", "--probe-interval", "0"] + self.args)
+            "--log-level", os.environ.get("SOAK_LOG_LEVEL", "warn"), "--probe-interval", "0"] + self.args)
         wait_for("edgelinkd's control socket", lambda: os.path.exists(sock), self.p, self.procs, timeout)
         return self.p
 
@@ -322,6 +322,28 @@ def slope_kb_per_min(points):
 # and its sticky memory (sticky/NS_POD_IFNAME: the address a pod name held
 # last, forgotten after 7 days; counted apart by sticky_count).
 KEPT = ("edgelinkd.sock", "lock", "last_reserved_ip.", "bridge-")
+
+
+def second_half_slope(points):
+    """slope_kb_per_min over the later half of [(seconds, KiB)]: whether
+    the growth has stopped."""
+    return slope_kb_per_min(points[len(points) // 2:])
+
+
+def keep_log(p, name, pattern=("ERROR", "WARN", "reset", "error")):
+    """Lines of process p's log that match, to OUT/NAME.log (500 at most):
+    the tmp dir goes at the end."""
+    try:
+        p.log.flush()
+        with open(p.log.name, errors="replace") as f:
+            lines = [l for l in f if any(w in l for w in pattern)]
+    except (OSError, ValueError):
+        return None
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, name + ".log")
+    with open(path, "w") as f:
+        f.writelines(lines[:500])
+    return path
 
 
 def state_listing(state):

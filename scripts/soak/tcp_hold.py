@@ -68,7 +68,7 @@ def client(host, port, n, period, secs, out):
         state[s] = [j, None, 0]
         sel.register(s, selectors.EVENT_READ)
     ok = late = lost = 0
-    lat = []
+    lat, lost_at = [], []
     timeline = {}  # second -> [ok, late, lost]
     k = 0
     next_tick = time.monotonic()
@@ -101,6 +101,7 @@ def client(host, port, n, period, secs, out):
             sec = int(time.monotonic() - t0)
             if not b:
                 lost += 1
+                lost_at.append((round(time.monotonic() - t0, 2), st[0], st[1] is not None))
                 timeline.setdefault(sec, [0, 0, 0])[2] += 1
                 sel.unregister(s)
                 s.close()
@@ -119,7 +120,7 @@ def client(host, port, n, period, secs, out):
            "echoes_ok": ok, "echoes_late": late, "lost": lost, "still_open": len(state),
            "echo_p50_ms": lat[len(lat) // 2] * 1000 if lat else None,
            "echo_p99_ms": lat[int(len(lat) * 0.99)] * 1000 if lat else None,
-           "timeline": sorted(timeline.items())}
+           "lost_at": lost_at[:200], "timeline": sorted(timeline.items())}
     with open(out, "w") as f:
         json.dump(res, f)
 
@@ -148,29 +149,38 @@ def main():
             cl = sc.procs.start("client", lab.CLIENT, [sys.executable, os.path.abspath(__file__), "_client",
                                                         lab.POD_IP, str(port), str(n), str(period), str(secs),
                                                         res_path])
-            up = wait_until(lambda: d.metrics().get("edgelink_active_connections", 0) >= n, secs, 0.5)
-            t_up = smp.now()
-            warm = t_up + max(60.0 if not common.QUICK else 5.0, (secs - (t_up - t_start)) / 6)
+            up = wait_until(lambda: d.metrics().get("edgelink_active_connections", 0) >= n, 120, 0.5)
             peak_active = 0
+            m_hold = {}
             while cl.poll() is None and smp.now() < t_start + secs + 120:
-                peak_active = max(peak_active, d.metrics().get("edgelink_active_connections", 0))
+                m = d.metrics()
+                if smp.now() < t_start + secs - 5:
+                    m_hold = m  # the last reading while every connection is held
+                peak_active = max(peak_active, m.get("edgelink_active_connections", 0))
                 time.sleep(2.0)
             t_hold_end = smp.now()
             drained = wait_until(lambda: d.metrics().get("edgelink_active_connections", 0) == 0, 60, 0.5)
             time.sleep(2.0)
             fds1, state1 = common.fds_but_pipes(d.pid), state_listing(sc.lab.state)
+        common.keep_log(d.p, "tcp_hold-edgelinkd")
         if not os.path.exists(res_path):
             raise SystemExit("tcp_hold: the client wrote no result:\n" + sc.procs.tail(cl))
         with open(res_path) as f:
             r = json.load(f)
+        t_up = t_start + r["connected_after_s"]
+        warm = t_up + max(5.0 if common.QUICK else 60.0, (secs - r["connected_after_s"]) / 6)
         held = [(t, rss) for t, rss, _ in smp.samples if warm <= t <= t_hold_end - 3]
         res = {"conns": n, "seconds": secs, "period": period, "client": {k: v for k, v in r.items() if k != "timeline"},
                "all_up_after_s": up, "peak_active": peak_active,
                "rss_warm_kb": smp.at(warm)[1], "rss_end_kb": smp.at(t_hold_end - 3)[1],
                "rss_idle_after_kb": smp.samples[-1][1],
-               "slope_kb_min": common.slope_kb_per_min(held), "fds_before": fds0, "fds_after": fds1,
+               "slope_kb_min": common.slope_kb_per_min(held),
+               "slope_second_half_kb_min": common.second_half_slope(held), "fds_before": fds0, "fds_after": fds1,
                "fds_peak": max(s[2] or 0 for s in smp.samples), "drained_after_s": drained,
-               "state_same": state0 == state1, "warm_at_s": warm}
+               "state_same": state0 == state1, "warm_at_s": warm, "lost_at": r.get("lost_at"),
+               "metrics_while_held": {k: v for k, v in m_hold.items() if k.startswith("edgelink_") and (
+                   "connect" in k or "error" in k or "timeout" in k or "rejected" in k or "queue" in k)},
+               "timeline": r.get("timeline")}
         common.save("tcp_hold", res)
         fig = common.rss_figure("soak-tcp-hold", "%d TCP connections held, an echo on each every %.0f s"
                                 % (n, period), smp, marks=[(t_up, "all up"), (warm, "warm"), (t_hold_end, "closed")])
@@ -181,7 +191,8 @@ def main():
         ("echoes answered / late (>5 s) / connections lost", "%d / %d / %d" % (c["echoes_ok"], c["echoes_late"], c["lost"])),
         ("echo p50 / p99 (ms)", "%.2f / %.2f" % (c["echo_p50_ms"] or 0, c["echo_p99_ms"] or 0)),
         ("RSS at warm-up end / at the end (KiB)", "%d / %d" % (res["rss_warm_kb"], res["rss_end_kb"])),
-        ("RSS slope after warm-up (KiB/min)", "%.1f" % res["slope_kb_min"]),
+        ("RSS slope after warm-up / over its second half (KiB/min)",
+         "%.1f / %.1f" % (res["slope_kb_min"], res["slope_second_half_kb_min"])),
         ("RSS once the clients left (KiB)", res["rss_idle_after_kb"]),
         ("fds before / peak / after", "%s / %s / %s" % (common.fmt_fds(fds0), res["fds_peak"], common.fmt_fds(fds1))),
         ("state dir unchanged", res["state_same"]),

@@ -122,6 +122,7 @@ def main():
                "drops": delta("edgelink_udp_drops_total"), "peak_active": peak,
                "rss_warm_kb": ends[0][1] if ends else None, "rss_end_kb": ends[-1][1] if ends else None,
                "slope_kb_min": common.slope_kb_per_min(ends[1:]),
+               "slope_second_half_kb_min": common.second_half_slope(ends[1:]),
                "rss_idle_after_kb": smp.samples[-1][1], "fds_before": fds0, "fds_after": fds1,
                "fds_peak": max(s[2] or 0 for s in smp.samples), "idled_out_after_s": idled,
                "state_same": state0 == state1, "round_list": rounds}
@@ -133,11 +134,14 @@ def main():
         ("sessions created / evicted (/metrics)", "%d / %d" % (res["sessions_total"], res["evictions"])),
         ("sessions open at peak (bound %d)" % bound, int(peak)),
         ("RSS after round 1 / at the end (KiB)", "%s / %s" % (res["rss_warm_kb"], res["rss_end_kb"])),
-        ("RSS slope after warm-up (KiB/min)", "%.1f" % res["slope_kb_min"]),
+        ("RSS slope after warm-up / over its second half (KiB/min)",
+         "%.1f / %.1f" % (res["slope_kb_min"], res["slope_second_half_kb_min"])),
         ("fds before / peak / after the idle timeout", "%s / %s / %s" % (common.fmt_fds(fds0), res["fds_peak"], common.fmt_fds(fds1))),
         ("state dir unchanged", res["state_same"]),
         ("figure", fig)])
-    bad = (res["echoed"] < res["sent"] or peak > bound or common.fd_leak(fds0, fds1) or not res["state_same"]
+    # A datagram may be lost on a loaded machine (socket buffers, the 1 s
+    # wait): up to 1 in 10,000 passes.
+    bad = (res["echoed"] < res["sent"] * 0.9999 or peak > bound or common.fd_leak(fds0, fds1) or not res["state_same"]
            or res["evictions"] < res["sessions_total"] - bound - 1)
     return 1 if bad else 0
 
