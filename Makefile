@@ -57,7 +57,8 @@ lint:
 # Unit tests, kernel tests in namespaces, scenario tests driving the built
 # plugin, the manifests against the code (YAML parses, NAD configs pass the
 # plugin's validation, the DaemonSet mounts what the binaries use), the
-# bench's pass/fail checks (scripts/bench/test_verdict.py), the offline
+# bench's pass/fail checks (scripts/bench/test_verdict.py), the soak's
+# leak checks (scripts/soak/test_common.py), the offline
 # image's archive (scripts/image/test_image_offline.py), the
 # end-to-end test with podman as the runtime, then shellcheck on every
 # script and vagrant validate (scripts/check-vagrant.sh).
@@ -66,6 +67,7 @@ test:
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace --no-fail-fast
 	python3 -m unittest discover -s scripts/bench -p 'test_*.py'
+	python3 -m unittest discover -s scripts/soak -p 'test_*.py'
 	$(MAKE) static static-operator
 	python3 -m unittest discover -s scripts/image -p 'test_*.py'
 	tests/e2e/podman.sh target/debug/edgelink
