@@ -1,5 +1,5 @@
 //! A relayed connection that finds no descriptor for a splice pipe copies
-//! instead of ending. A test binary of its own: it lowers the process's
+//! what it has instead of ending, and splices again once it can. A test binary of its own: it lowers the process's
 //! RLIMIT_NOFILE and fills it.
 //!
 //! Found by scripts/soak/tcp_hold.py: 10,000 connections held through
@@ -29,7 +29,7 @@ fn fill_descriptors() -> Vec<OwnedFd> {
 }
 
 #[test]
-fn a_direction_that_gets_no_pipe_copies_and_the_connection_goes_on() {
+fn a_direction_that_gets_no_pipe_copies_a_burst_and_splices_again_later() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,7 +62,7 @@ fn a_direction_that_gets_no_pipe_copies_and_the_connection_goes_on() {
         let pool = PipePool::new(65536, 0);
         let counters = Arc::new(Counters::default());
         let relay = {
-            let counters = counters.clone();
+            let (counters, pool) = (counters.clone(), pool.clone());
             tokio::spawn(async move {
                 splice_duplex(
                     accepted,
@@ -98,7 +98,20 @@ fn a_direction_that_gets_no_pipe_copies_and_the_connection_goes_on() {
             }
         );
         assert_eq!(&got, msg);
-        assert!(Counters::get(&counters.splice_fallbacks) >= 1);
+        let fallbacks = Counters::get(&counters.splice_fallbacks);
+        assert!(fallbacks >= 1);
+
+        // With descriptors back, the connection splices again (pipes are
+        // made): no copy buffer is kept for the rest of its life.
+        let pipes = pool.stats().created;
+        client.write_all(msg).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, msg);
+        assert_eq!(Counters::get(&counters.splice_fallbacks), fallbacks);
+        assert!(pool.stats().created > pipes, "{:?}", pool.stats());
 
         // And it ends cleanly.
         drop(client);

@@ -67,6 +67,11 @@ pub const DEFAULT_PIPE_SIZE: usize = 1 << 20;
 /// Size of the buffer of a direction that fell back to a plain copy.
 pub const COPY_BUFFER_SIZE: usize = 64 * 1024;
 
+/// The buffer of one burst copied when no pipe could be had, and the reads
+/// a burst takes at most before the direction tries for a pipe again.
+const BURST_BUFFER_SIZE: usize = 16 * 1024;
+const BURST_READS: usize = 16;
+
 /// Splice calls a direction makes in a row before it lets other tasks of
 /// its worker run.
 const YIELD_EVERY: u32 = 32;
@@ -458,12 +463,14 @@ impl<'a> Direction<'a> {
                     taken = 0;
                     match self.pool.acquire() {
                         Ok(p) => pipe = Some(p),
-                        // No descriptor (or no memory) for a pipe: a plain
-                        // copy needs neither, and the connection goes on
-                        // (docs/reliability.md, item 34).
+                        // No descriptor (or no memory) for a pipe: what the
+                        // source has now is copied through a buffer that
+                        // lives only for that, and the next bytes try for
+                        // a pipe again (docs/reliability.md, item 34).
                         Err(e) if no_room_for_a_pipe(&e) => {
-                            tracing::debug!(error = %e, "no pipe to splice through");
-                            return Ok(Spliced::Refused { pipe: None, eof });
+                            tracing::debug!(error = %e, "no pipe to splice through: copying a burst");
+                            eof = self.copy_burst().await?;
+                            continue;
                         }
                         Err(e) => return Err(e),
                     }
@@ -543,6 +550,37 @@ impl<'a> Direction<'a> {
                 tokio::task::yield_now().await;
             }
         }
+    }
+
+    /// Copy what the source has now (a few reads at most) to the
+    /// destination through a small buffer dropped at the end, for when no
+    /// pipe could be had: unlike [`Direction::copy`], the direction goes
+    /// back to splicing afterwards and keeps no buffer while idle. Returns
+    /// whether the source reached its end of file.
+    async fn copy_burst(&self) -> io::Result<bool> {
+        Counters::inc(self.fallbacks);
+        let mut buf = vec![0u8; BURST_BUFFER_SIZE];
+        for _ in 0..BURST_READS {
+            let n = match self.src.try_read(&mut buf) {
+                Ok(0) => return Ok(true),
+                Ok(n) => n,
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            let mut off = 0;
+            while off < n {
+                match self.dst.try_write(&buf[off..n]) {
+                    Ok(m) => {
+                        off += m;
+                        Counters::add(self.bytes, m as u64);
+                        self.activity.touch();
+                    }
+                    Err(e) if would_block(&e) => self.dst.writable().await?,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// Wait until the source has bytes, in bulk mode (see
