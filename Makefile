@@ -140,8 +140,10 @@ bench-bins:
 # `make soak` takes about 55 min, `make chaos` about 8.
 # Debian's python3: python3-matplotlib comes from the soak group.
 SOAK_PY  ?= /usr/bin/python3
+# A QUICK run's figures go to target/soak, not over the committed ones.
 SOAK_ENV  = EDGELINK_BIN=$(PLUGIN) EDGELINKD_BIN=target/$(HOST)/release/edgelinkd \
-	LOADGEN_BIN=target/$(HOST)/release/elk-loadgen SOAK_FIGURES=$(CURDIR)/docs/figures QUICK=$(QUICK) ONLY=$(ONLY)
+	LOADGEN_BIN=target/$(HOST)/release/elk-loadgen QUICK=$(QUICK) ONLY=$(ONLY) \
+	SOAK_FIGURES=$(if $(QUICK),$(CURDIR)/target/soak,$(CURDIR)/docs/figures)
 
 soak:
 	$(DEPS) soak
