@@ -19,7 +19,7 @@ VERSION           ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | 
 IMAGE             ?= edgelink:$(VERSION)
 CONTAINER_BUILDER ?= $(notdir $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null))))
 
-.PHONY: all build release static static-operator bench-bins image-offline lint lint-vagrant test test-unit test-e2e e2e-kube e2e-vagrant demo bench fuzz image install-yaml clean
+.PHONY: all build release static static-operator bench-bins soak-bins image-offline lint lint-vagrant test test-unit test-e2e e2e-kube e2e-vagrant demo bench fuzz soak chaos image install-yaml clean
 
 all: build
 
@@ -58,7 +58,8 @@ lint:
 # Unit tests, kernel tests in namespaces, scenario tests driving the built
 # plugin, the manifests against the code (YAML parses, NAD configs pass the
 # plugin's validation, the DaemonSet mounts what the binaries use), the
-# bench's pass/fail checks (scripts/bench/test_verdict.py), the offline
+# bench's pass/fail checks (scripts/bench/test_verdict.py), the soak's
+# leak checks (scripts/soak/test_common.py), the offline
 # image's archive (scripts/image/test_image_offline.py), the
 # end-to-end test with podman as the runtime, then shellcheck on every
 # script and vagrant validate (scripts/check-vagrant.sh).
@@ -67,6 +68,7 @@ test:
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace --no-fail-fast
 	python3 -m unittest discover -s scripts/bench -p 'test_*.py'
+	python3 -m unittest discover -s scripts/soak -p 'test_*.py'
 	$(MAKE) static static-operator
 	python3 -m unittest discover -s scripts/image -p 'test_*.py'
 	tests/e2e/podman.sh target/debug/edgelink
@@ -128,7 +130,8 @@ bench-bins:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink-loadgen -p edgelink-ipam --bins --examples --target $(HOST)
 
 # The cargo-fuzz targets (fuzz/README.md): the plugin's config, prevResult,
-# CNI_ARGS, the attachment records and the control socket's lines, each run
+# CNI_ARGS, the attachment records, the control socket's lines and the
+# hand-over frames, each run
 # for FUZZ_SECONDS (-max_total_time) from the committed seeds (fuzz/seeds/)
 # plus the corpus earlier runs grew (fuzz/corpus/, not committed); one line
 # per target (execs, coverage, corpus); fails if a target crashes (the input
@@ -139,6 +142,38 @@ bench-bins:
 FUZZ_SECONDS ?= 60
 fuzz:
 	CARGO="$(CARGO)" FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
+# Soak and chaos against the built binaries (docs/reliability.md, "Soak
+# and chaos"): scripts/soak/ (1,000 attachments added and deleted for
+# 30 min, 10,000 TCP connections held, 50,000 UDP sessions per round) and
+# scripts/chaos/ (kill -9 every 10 s for 5 min, the pod netns deleted, the
+# state dir full, a torn record, a target that never reads, a SYN flood).
+# Each scenario runs in namespaces it makes and removes; results go to
+# target/soak/, figures to docs/figures/. Durations: the SOAK_*/CHAOS_*
+# variables in each script's docstring; ONLY=name,... picks scenarios;
+# QUICK=1 is a smoke run (about a minute each). Not in `make test`: a full
+# `make soak` takes about 55 min, `make chaos` about 8.
+# Debian's python3: python3-matplotlib comes from the soak group.
+SOAK_PY  ?= /usr/bin/python3
+# A QUICK run's figures go to target/soak, not over the committed ones.
+SOAK_ENV  = EDGELINK_BIN=$(PLUGIN) EDGELINKD_BIN=target/$(HOST)/release/edgelinkd \
+	LOADGEN_BIN=target/$(HOST)/release/elk-loadgen QUICK=$(QUICK) ONLY=$(ONLY) \
+	SOAK_FIGURES=$(if $(QUICK),$(CURDIR)/target/soak,$(CURDIR)/docs/figures)
+
+soak:
+	$(DEPS) soak
+	$(MAKE) static soak-bins
+	$(SOAK_ENV) $(SOAK_PY) scripts/soak/run.py
+
+chaos:
+	$(DEPS) soak
+	$(MAKE) static soak-bins
+	$(SOAK_ENV) $(SOAK_PY) scripts/chaos/run.py
+
+# The load generator, built like the shipped binaries (shares their
+# dependencies' build).
+soak-bins:
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p edgelink-loadgen --target $(HOST)
 
 # The DaemonSet's image. The manifests name edgelink:$(VERSION); push it
 # where the nodes pull from (docs/install.md).

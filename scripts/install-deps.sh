@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests and benchmarks need.
 #
-#   scripts/install-deps.sh [test|bench|demo|all]...     (default: test)
+#   scripts/install-deps.sh [test|bench|demo|soak|all]...     (default: test)
 #
 # test   iproute2, nftables (the kernel path), containernetworking-plugins,
 #        podman, runc, busybox-static,
@@ -11,6 +11,8 @@
 # bench  socat, haproxy, nginx, libnginx-mod-stream, iperf3, wrk, strace,
 #        nftables (edgelinkd's kernel path subject)
 # demo   iproute2, nftables, python3 (scripts/demo.sh)
+# soak   iproute2, python3, python3-matplotlib (the figures), hping3 (the
+#        SYN flood) (make soak, make chaos)
 # all    all of them
 #
 # Idempotent and quick when everything is installed: each package is checked
@@ -23,9 +25,10 @@ set -euo pipefail
 readonly TEST_PKGS=(iproute2 nftables containernetworking-plugins podman runc busybox-static shellcheck vagrant haproxy nginx python3)
 readonly BENCH_PKGS=(socat haproxy nginx libnginx-mod-stream iperf3 wrk strace nftables)
 readonly DEMO_PKGS=(iproute2 nftables python3)
+readonly SOAK_PKGS=(iproute2 python3 python3-matplotlib hping3)
 
 usage() {
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 # "install ok installed" only for a fully installed package. No pipe into
@@ -91,14 +94,15 @@ install_group() {
 }
 
 main() {
-    local groups=("$@") g want_test=0 want_bench=0 want_demo=0
+    local groups=("$@") g want_test=0 want_bench=0 want_demo=0 want_soak=0
     [[ ${#groups[@]} -gt 0 ]] || groups=(test)
     for g in "${groups[@]}"; do
         case $g in
         test) want_test=1 ;;
         bench) want_bench=1 ;;
         demo) want_demo=1 ;;
-        all) want_test=1 want_bench=1 want_demo=1 ;;
+        soak) want_soak=1 ;;
+        all) want_test=1 want_bench=1 want_demo=1 want_soak=1 ;;
         -h | --help)
             usage
             exit 0
@@ -113,6 +117,7 @@ main() {
     [[ $want_test == 0 ]] || install_group test "${TEST_PKGS[@]}"
     [[ $want_bench == 0 ]] || install_group bench "${BENCH_PKGS[@]}"
     [[ $want_demo == 0 ]] || install_group demo "${DEMO_PKGS[@]}"
+    [[ $want_soak == 0 ]] || install_group soak "${SOAK_PKGS[@]}"
 }
 
 main "$@"

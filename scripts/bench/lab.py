@@ -52,6 +52,17 @@ libc = ctypes.CDLL("libc.so.6", use_errno=True)
 CLONE_NEWNET = 0x40000000
 
 
+def use_tag(tag):
+    """Name this process's namespaces TAG-node, TAG-dev, ... instead of
+    elkrelay-PID-*: the soak and chaos scenarios (scripts/soak/common.py)
+    name theirs after the scenario. Read the names as lab.NODE etc. after
+    this, not through `from lab import NODE`."""
+    global TAG, NODE, DEV, POD, CLIENT, KPOD
+    TAG = tag
+    NODE, DEV, POD, CLIENT = (tag + s for s in ("-node", "-dev", "-pod", "-cli"))
+    KPOD = tag + "-kpod"
+
+
 def sh(*args, check=True, timeout=60):
     p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:

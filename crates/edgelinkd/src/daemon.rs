@@ -328,6 +328,10 @@ impl Daemon {
         // limit, EIO) says nothing about its attachment: nothing is stopped
         // in a pass that met one.
         let mut unreadable = false;
+        // Nor does one that cannot be parsed (torn, edited by hand): the
+        // attachment it would name goes on with the record it was started
+        // from (below).
+        let mut torn: Vec<String> = Vec::new();
         for (path, r) in listed {
             match r {
                 Ok(rec) => {
@@ -337,12 +341,25 @@ impl Daemon {
                     if let RecordError::Io { source, .. } = &e {
                         unreadable |= source.kind() != std::io::ErrorKind::NotFound;
                     }
+                    if let (RecordError::Malformed { .. }, Some(name)) = (&e, path.file_name()) {
+                        torn.push(name.to_string_lossy().into_owned());
+                    }
                     tracing::warn!(path = %path.display(), error = %e, "skipping a malformed attachment record");
                     malformed.push(MalformedRecord {
                         path: path.display().to_string(),
                         error: e.to_string(),
                     });
                 }
+            }
+        }
+        // A served attachment whose record file is now malformed keeps the
+        // record it was started from: its forwards and connections go on, its
+        // netns is still checked (and reclaimed when gone), and the file is
+        // reported until it is fixed or removed (a DEL removes it).
+        for (k, a) in self.map().iter() {
+            if !records.contains_key(k) && torn.iter().any(|n| RecordStore::may_name(n, &k.0, &k.1))
+            {
+                records.insert(k.clone(), a.record.clone());
             }
         }
         let mut changed = {

@@ -187,3 +187,56 @@ fn a_stripped_del_skips_directories_under_ipam_that_are_not_network_stores() {
     // The directories are not the plugin's: left alone.
     assert!(lab.state.path().join("ipam/not a network").is_dir());
 }
+
+#[test]
+fn a_del_over_a_torn_record_cleans_up_and_succeeds() {
+    // The plugin writes records atomically; a disk or a hand edit can still
+    // leave one cut short. DEL used to do all of its work, then fail with
+    // code 5 naming the record, so the runtime retried it.
+    let lab = Lab::new();
+    let _d = lab.daemon();
+    let conf = lab.bridge_conf("1.0.0");
+    let pod = lab.pod();
+    let r = Call::new("ADD", "torn", Some(&pod.path()), "net1")
+        .run(&lab.node, &conf)
+        .ok();
+    let path = RecordStore::new(lab.state.path()).path("torn", "net1");
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+
+    Call::new("DEL", "torn", Some(&pod.path()), "net1")
+        .run(&lab.node, &with_prev(&conf, &r))
+        .ok_empty();
+    assert!(lab.records().is_empty(), "{:?}", lab.records());
+    assert!(lab.reserved_all().is_empty(), "{:?}", lab.reserved_all());
+    assert!(!pod.has_link("net1"));
+
+    // Without CNI_NETNS the record was the only way to the pod's
+    // interface: a torn one is still an error there (code 5, naming it).
+    let r = Call::new("ADD", "torn2", Some(&pod.path()), "net1")
+        .run(&lab.node, &conf)
+        .ok();
+    let path = RecordStore::new(lab.state.path()).path("torn2", "net1");
+    std::fs::write(&path, b"{\"containerId\": \"torn2\"").unwrap();
+    let out = Call::new("DEL", "torn2", None, "net1").run(&lab.node, &with_prev(&conf, &r));
+    assert_eq!(out.status, Some(1), "{out:?}");
+    let err = out.json();
+    assert_eq!(err["code"], 5, "{err}");
+    assert!(
+        err["msg"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid attachment record"),
+        "{err}"
+    );
+    // The runtime's next DEL, with the netns, finishes the job.
+    Call::new("DEL", "torn2", Some(&pod.path()), "net1")
+        .run(&lab.node, &with_prev(&conf, &r))
+        .ok_empty();
+    assert!(lab.records().is_empty() && lab.reserved_all().is_empty());
+}

@@ -217,3 +217,60 @@ fn ipam_gc_goes_on_past_a_malformed_record_and_keeps_only_what_it_may_own() {
     );
     l.echo_once(b"still served\n");
 }
+
+/// A full reconcile pass, finished: a `check` of an attachment the daemon
+/// does not serve makes it run one before it answers (after any pass in
+/// progress: passes take turns).
+fn after_a_pass(l: &DLab) {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(
+        l.lab.state.path().join(edgelink_attachment::DAEMON_SOCKET),
+    )
+    .expect("connect to the control socket");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"check no-such-container net1\n").unwrap();
+    let mut reply = String::new();
+    edgelink_tests::again(|| s.read_to_string(&mut reply)).unwrap();
+}
+
+#[test]
+fn a_torn_record_of_a_served_pod_is_reported_and_its_forwards_and_connections_go_on() {
+    // Found by scripts/chaos/truncated_record.py: the daemon took the torn
+    // record for a DEL, closed the pod's listeners and reset its
+    // connections, though the pod was alive (docs/reliability.md, item 32).
+    let l = DLab::new();
+    let mut held = l.connect(API).unwrap();
+    assert_eq!(echo(&mut held, b"before\n"), b"before\n");
+    let path = l.record_path();
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    l.wait_status(Duration::from_secs(5), "the torn record listed", |s| {
+        s["malformedRecords"].as_array().map(Vec::len) == Some(1)
+    });
+    after_a_pass(&l);
+
+    let s = l.status();
+    assert!(
+        all_listening(&s, CID, forwards().as_array().unwrap().len()),
+        "{s:#}"
+    );
+    assert_eq!(echo(&mut held, b"after\n"), b"after\n");
+    l.echo_once(b"a new connection\n");
+    assert_eq!(l.lab.reserved(NET), vec![l.net1_ip()]);
+
+    // The DEL removes the torn record; the daemon then stops the
+    // attachment and the report clears.
+    l.call("DEL").ok_empty();
+    l.wait_status(Duration::from_secs(5), "the attachment gone", |s| {
+        s["attachments"].as_array().is_some_and(|a| a.is_empty())
+            && s["malformedRecords"]
+                .as_array()
+                .is_some_and(|m| m.is_empty())
+    });
+    assert!(l.released());
+}

@@ -6,7 +6,7 @@ use crate::addressing;
 use crate::config::basics;
 use crate::error::{Errors, NetlinkContext, PluginError};
 use crate::names;
-use edgelink_attachment::{nudge_daemon, Record, RecordStore, RETIRED_ALIAS};
+use edgelink_attachment::{nudge_daemon, Record, RecordError, RecordStore, RETIRED_ALIAS};
 use edgelink_cni_spec::Env;
 use edgelink_netlink::{Handle, Link, LinkKind};
 use edgelink_netns::{Netns, NetnsError};
@@ -18,9 +18,24 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
     let network = raw.get("name").and_then(Value::as_str);
     let records = RecordStore::new(&b.state_dir);
     let mut errs = Errors::default();
-    let record = errs
-        .note(records.read(&env.container_id, &env.ifname))
-        .flatten();
+    let record = match records.read(&env.container_id, &env.ifname) {
+        Ok(r) => r,
+        // A torn or hand-edited record: DEL goes on without it and removes
+        // it (step 4). It is an error only where DEL needed it: to find the
+        // pod's netns (no CNI_NETNS) or a delegated IPAM (a stripped
+        // config). Otherwise the runtime would retry a DEL that did all of
+        // its work (docs/reliability.md, item 33).
+        Err(e @ RecordError::Malformed { .. })
+            if env.netns.is_some() && raw.get("ipam").is_some() =>
+        {
+            tracing::warn!(error = %e, "DEL goes on without the unreadable record");
+            None
+        }
+        Err(e) => {
+            errs.note::<()>(Err(e));
+            None
+        }
+    };
 
     // 1. The pod's interface (a veth's node end goes with it). Without
     //    CNI_NETNS (containerd's second DEL, which may be the only one), the

@@ -68,6 +68,11 @@ pub const DEFAULT_PIPE_SIZE: usize = 1 << 20;
 /// Size of the buffer of a direction that fell back to a plain copy.
 pub const COPY_BUFFER_SIZE: usize = 64 * 1024;
 
+/// The buffer of one burst copied when no pipe could be had, and the reads
+/// a burst takes at most before the direction tries for a pipe again.
+const BURST_BUFFER_SIZE: usize = 16 * 1024;
+const BURST_READS: usize = 16;
+
 /// Splice calls a direction makes in a row before it lets other tasks of
 /// its worker run.
 const YIELD_EVERY: u32 = 32;
@@ -508,6 +513,15 @@ fn would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
 
+/// pipe2(2) failed for want of a descriptor (the process's limit or the
+/// system's) or of memory: a direction copies instead.
+fn no_room_for_a_pipe(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    )
+}
+
 /// Largest read past an urgent mark: one page, which an empty pipe always
 /// takes whole.
 const PAST_MARK: usize = 4096;
@@ -666,7 +680,19 @@ impl<'a, 'p> Direction<'a, 'p> {
                     };
                     ready?;
                     taken = 0;
-                    pipe = Some(self.pool.acquire()?);
+                    match self.pool.acquire() {
+                        Ok(p) => pipe = Some(p),
+                        // No descriptor (or no memory) for a pipe: what the
+                        // source has now is copied through a buffer that
+                        // lives only for that, and the next bytes try for
+                        // a pipe again (docs/reliability.md, item 34).
+                        Err(e) if no_room_for_a_pipe(&e) => {
+                            tracing::debug!(error = %e, "no pipe to splice through: copying a burst");
+                            eof = self.copy_burst().await?;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 if let Some(p) = pipe.as_mut() {
                     let before = p.len();
@@ -749,6 +775,37 @@ impl<'a, 'p> Direction<'a, 'p> {
                 }
             }
         }
+    }
+
+    /// Copy what the source has now (a few reads at most) to the
+    /// destination through a small buffer dropped at the end, for when no
+    /// pipe could be had: unlike [`Direction::copy`], the direction goes
+    /// back to splicing afterwards and keeps no buffer while idle. Returns
+    /// whether the source reached its end of file.
+    async fn copy_burst(&self) -> io::Result<bool> {
+        Counters::inc(self.fallbacks);
+        let mut buf = vec![0u8; BURST_BUFFER_SIZE];
+        for _ in 0..BURST_READS {
+            let n = match self.src.try_read(&mut buf) {
+                Ok(0) => return Ok(true),
+                Ok(n) => n,
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            let mut off = 0;
+            while off < n {
+                match self.dst.try_write(&buf[off..n]) {
+                    Ok(m) => {
+                        off += m;
+                        Counters::add(self.bytes, m as u64);
+                        self.activity.touch();
+                    }
+                    Err(e) if would_block(&e) => self.dst.writable().await?,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// Wait until the source has bytes, in bulk mode (see
