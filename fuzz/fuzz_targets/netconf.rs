@@ -17,8 +17,8 @@
 #![no_main]
 
 use edgelink::config::{Config, Ipam, Mode};
-use edgelink_cni_exec::is_plugin_name;
 use edgelink_attachment::{Forward, ForwardPath, Protocol};
+use edgelink_cni_exec::is_plugin_name;
 use edgelink_cni_spec::env::is_valid_ifname;
 use edgelink_cni_spec::{Env, NetConf};
 use libfuzzer_sys::fuzz_target;
