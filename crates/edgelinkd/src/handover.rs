@@ -130,34 +130,25 @@ pub async fn give(
     let parked = lot.wait_parked(PARK_WITHIN).await;
     let items = lot.take_items();
     let parked_in = started.elapsed();
+    // A failure after the Welcome: tell the new daemon, serve on.
+    let failed = |mut ch: Channel, reason: String| async move {
+        let r = reason.clone();
+        let refused = Message::Refused {
+            reason: r,
+            code: RefusalCode::Failed,
+        };
+        let _ = blocking(move || ch.send(&refused)).await;
+        Err(reason)
+    };
     let outcome: Result<(), String> = if !parked {
         let reason = format!(
             "{} tasks did not park within {PARK_WITHIN:?}",
             lot.running()
         );
-        let r = reason.clone();
-        let _ = blocking(move || {
-            ch.send(&Message::Refused {
-                reason: r,
-                code: RefusalCode::Failed,
-            })
-        })
-        .await;
-        Err(reason)
+        failed(ch, reason).await
     } else {
         match inventory(&items, control, &d.instance) {
-            Err(e) => {
-                let reason = format!("cannot list what to hand over: {e}");
-                let r = reason.clone();
-                let _ = blocking(move || {
-                    ch.send(&Message::Refused {
-                        reason: r,
-                        code: RefusalCode::Failed,
-                    })
-                })
-                .await;
-                Err(reason)
-            }
+            Err(e) => failed(ch, format!("cannot list what to hand over: {e}")).await,
             Ok((state, fds, counts)) => {
                 let n = fds.len() as u32;
                 let sent = blocking(move || -> Result<(), wire::Error> {

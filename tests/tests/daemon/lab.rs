@@ -261,7 +261,8 @@ impl DLab {
             .run(&self.lab.node, &conf)
     }
 
-    pub fn start_daemon(&mut self) {
+    /// The next daemon's log file, and the flags every lab daemon gets.
+    fn next_daemon(&mut self) -> (PathBuf, Vec<String>) {
         self.starts += 1;
         let log = self
             .logs
@@ -279,34 +280,28 @@ impl DLab {
             flags.extend_from_slice(FAST_RECONCILE);
         }
         flags.extend(self.flags.iter().map(String::as_str));
-        self.daemon = Some(Edgelinkd::start_with_nofile(
+        (log, flags.into_iter().map(String::from).collect())
+    }
+
+    pub fn start_daemon(&mut self) {
+        let (log, flags) = self.next_daemon();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let daemon = Edgelinkd::start_with_nofile(
             &self.lab.node,
             self.lab.state.path(),
             log,
             &flags,
             self.nofile,
-        ));
+        );
+        self.daemon = Some(daemon);
     }
 
     /// Start another daemon with `--takeover` (and the lab's flags plus
     /// `extra`) and return it, the running one left in place: the caller
     /// checks how each ended.
     pub fn spawn_takeover(&mut self, extra: &[&str]) -> Edgelinkd {
-        self.starts += 1;
-        let log = self
-            .logs
-            .path()
-            .join(format!("edgelinkd-{}.log", self.starts));
-        let mut flags: Vec<&str> = BASE_FLAGS
-            .chunks(2)
-            .filter(|f| !self.flags.iter().any(|t| t == f[0]))
-            .flatten()
-            .copied()
-            .collect();
-        if self.fast_reconcile && !self.flags.iter().any(|t| t == FAST_RECONCILE[0]) {
-            flags.extend_from_slice(FAST_RECONCILE);
-        }
-        flags.extend(self.flags.iter().map(String::as_str));
+        let (log, flags) = self.next_daemon();
+        let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         flags.extend_from_slice(extra);
         Edgelinkd::take_over(&self.lab.node, self.lab.state.path(), log, &flags)
     }

@@ -293,18 +293,7 @@ impl Table {
                 return (slot, s.generation);
             }
         }
-        if self.by_peer.len() >= self.shared.max_sessions {
-            self.evict_lru();
-        }
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
-        };
-        let generation = self.next_generation;
-        self.next_generation += 1;
+        let (slot, generation) = self.new_slot();
         let task = tokio::spawn(make_socket(self.shared.clone(), slot, generation));
         self.slots[slot] = Some(Session {
             peer,
@@ -325,6 +314,24 @@ impl Table {
         Counters::inc(&counters.udp_sessions);
         Counters::inc(&counters.udp_sessions_total);
         tracing::debug!(%peer, "UDP session opened");
+        (slot, generation)
+    }
+
+    /// A free slot for a new session (evicting the least recently used one
+    /// if the table is full), and the session's generation.
+    fn new_slot(&mut self) -> (usize, u64) {
+        if self.by_peer.len() >= self.shared.max_sessions {
+            self.evict_lru();
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let generation = self.next_generation;
+        self.next_generation += 1;
         (slot, generation)
     }
 
@@ -494,20 +501,9 @@ impl Table {
                 return;
             }
         };
-        if self.by_peer.len() >= self.shared.max_sessions {
-            self.evict_lru();
-        }
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
-        };
+        let (slot, generation) = self.new_slot();
         let now = self.shared.clock.now();
         let last = now.saturating_sub(idle_ms);
-        let generation = self.next_generation;
-        self.next_generation += 1;
         let local = local
             .filter(|_| self.shared.answer_from_dst)
             .map(|ip| match ip {
