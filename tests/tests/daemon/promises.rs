@@ -369,28 +369,8 @@ fn exits_1_when_the_state_dir_cannot_be_made() {
 /// reclaims never depends on what a NetworkAttachmentDefinition names.
 #[test]
 fn a_pod_with_delegated_ipam_is_reclaimed_and_the_delegates_reservation_is_left_to_its_gc() {
-    assert!(
-        Path::new("/usr/lib/cni/host-local").exists(),
-        "/usr/lib/cni/host-local is missing (scripts/install-deps.sh test)"
-    );
     // Reclaim happens on the periodic pass.
-    let mut l = lab_with(
-        &["--reconcile-interval", "1", "--probe-interval", "0"],
-        false,
-    );
-    let hl = l.lab.state.path().join("host-local");
-    l.conf["ipam"] = json!({
-        "type": "host-local",
-        "ranges": [[{"subnet": "172.31.250.0/24", "rangeStart": "172.31.250.170",
-                     "rangeEnd": "172.31.250.172", "gateway": "172.31.250.1"}]],
-        "routes": [{"dst": "172.30.0.0/16"}],
-        "dataDir": hl.display().to_string()
-    });
-    l.add();
-    l.wait_serving();
-    assert_eq!(l.net1_ip(), "172.31.250.170");
-    assert_eq!(ip_files(&hl.join(NET)), vec!["172.31.250.170"]);
-    assert!(l.lab.reserved(NET).is_empty(), "built-in IPAM was used");
+    let (l, hl) = host_local_lab(&[]);
     l.echo_once(b"through delegated IPAM\n");
 
     sh(&["ip", "netns", "del", &l.pod.name]);
@@ -410,7 +390,7 @@ fn a_pod_with_delegated_ipam_is_reclaimed_and_the_delegates_reservation_is_left_
         l.lab.host_veths()
     );
     // As documented: the delegate's reservation is its own GC's to release.
-    assert_eq!(ip_files(&hl.join(NET)), vec!["172.31.250.170"]);
+    assert_eq!(ip_files(&hl), vec!["172.31.250.170"]);
 }
 
 /// A lab whose pod got its address from host-local (data in the lab's
