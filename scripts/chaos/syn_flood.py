@@ -22,7 +22,6 @@ kernel did.
 import os
 import socket
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "soak"))
@@ -46,22 +45,13 @@ def netstat(ns):
     return in_ns(ns, read)
 
 
-class Probe:
+class Probe(common.Background):
     """A new connection + one echo every `every` s from the client netns:
     [(t, ok, seconds)]."""
 
     def __init__(self, clock, every=0.2):
         self.clock, self.every, self.out = clock, every, []
-        self.stop_ev = threading.Event()
-        self.th = threading.Thread(target=lambda: in_ns(lab.CLIENT, self.run), daemon=True)
-
-    def __enter__(self):
-        self.th.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_ev.set()
-        self.th.join()
+        super().__init__(lab.CLIENT)
 
     def run(self):
         while not self.stop_ev.wait(self.every):

@@ -261,17 +261,14 @@ def fd_leak(before, after):
     return after[0] != before[0] or after[1] > PIPE_POOL_FDS
 
 
-class Sampler:
-    """(seconds since start, RSS KiB, fds) of a process every `every`
-    seconds on a thread; `pid` is a callable, so a restarted daemon is
-    followed."""
+class Background:
+    """A `run` method on a thread while in a `with` block; `run` ends when
+    `stop_ev` is set. `netns`: the namespace the thread runs in."""
 
-    def __init__(self, pid, every=1.0):
-        self.pid, self.every = pid, every
-        self.t0 = time.monotonic()
-        self.samples = []
+    def __init__(self, netns=None):
         self.stop_ev = threading.Event()
-        self.th = threading.Thread(target=self.run, daemon=True)
+        target = self.run if netns is None else (lambda: in_ns(netns, self.run))
+        self.th = threading.Thread(target=target, daemon=True)
 
     def __enter__(self):
         self.th.start()
@@ -280,6 +277,21 @@ class Sampler:
     def __exit__(self, *exc):
         self.stop_ev.set()
         self.th.join()
+
+    def run(self):
+        raise NotImplementedError
+
+
+class Sampler(Background):
+    """(seconds since start, RSS KiB, fds) of a process every `every`
+    seconds on a thread; `pid` is a callable, so a restarted daemon is
+    followed."""
+
+    def __init__(self, pid, every=1.0):
+        self.pid, self.every = pid, every
+        self.t0 = time.monotonic()
+        self.samples = []
+        super().__init__()
 
     def now(self):
         return time.monotonic() - self.t0
@@ -446,7 +458,7 @@ def wait_until(cond, timeout, step=0.05):
     return None
 
 
-class ConnLoad:
+class ConnLoad(Background):
     """elk-loadgen conn-rate (connect, 64 bytes each way, close) from the
     client netns in slices of `slice_s`, on a thread: `timeline` is
     [(t0, t1, connections, failed)] on the sampler's clock."""
@@ -454,16 +466,7 @@ class ConnLoad:
     def __init__(self, clock, addr, concurrency=4, slice_s=1.0):
         self.clock, self.addr, self.c, self.slice = clock, addr, concurrency, slice_s
         self.timeline = []
-        self.stop_ev = threading.Event()
-        self.th = threading.Thread(target=self.run, daemon=True)
-
-    def __enter__(self):
-        self.th.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_ev.set()
-        self.th.join()
+        super().__init__()
 
     def run(self):
         while not self.stop_ev.is_set():
@@ -480,7 +483,7 @@ class ConnLoad:
         return (sum(x[2] for x in self.timeline), sum(x[3] for x in self.timeline if x[3] > 0))
 
 
-class Held:
+class Held(Background):
     """`n` TCP connections held through a forward from the client netns,
     each echoing 16 bytes every `every` seconds; one that fails is counted
     in `lost` (with the time) and opened again."""
@@ -488,16 +491,7 @@ class Held:
     def __init__(self, clock, host, port, n=20, every=0.5):
         self.clock, self.host, self.port, self.n, self.every = clock, host, port, n, every
         self.lost, self.reconnects_failed = [], 0
-        self.stop_ev = threading.Event()
-        self.th = threading.Thread(target=lambda: in_ns(lab.CLIENT, self.run), daemon=True)
-
-    def __enter__(self):
-        self.th.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_ev.set()
-        self.th.join()
+        super().__init__(lab.CLIENT)
 
     def _open(self):
         try:
