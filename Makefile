@@ -140,10 +140,12 @@ bench-bins:
 # use (scripts/install-cargo-fuzz.sh). The figures in docs/reliability.md
 # come from `make fuzz FUZZ_SECONDS=1200`.
 # FUZZ_DEV=1: unoptimized targets (a ~1.5 min build instead of ~8.5; CI).
+# FUZZ_JOBS: targets run at a time.
 FUZZ_SECONDS ?= 60
 FUZZ_DEV     ?= 0
+FUZZ_JOBS    ?= 1
 fuzz:
-	CARGO="$(CARGO)" FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DEV=$(FUZZ_DEV) scripts/fuzz.sh
+	CARGO="$(CARGO)" FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DEV=$(FUZZ_DEV) FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh
 
 # Soak and chaos against the built binaries (docs/reliability.md, "Soak
 # and chaos"): scripts/soak/ (1,000 attachments added and deleted for

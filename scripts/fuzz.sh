@@ -5,6 +5,7 @@
 #
 # FUZZ_SECONDS  run time per target (default 60; -max_total_time)
 # FUZZ_RSS_MB   libFuzzer's memory limit per target (default 2048)
+# FUZZ_JOBS     targets run at a time (default 1)
 # FUZZ_DEV=1    build and run without optimizations (cargo fuzz --dev): the
 #               build takes ~1.5 min instead of ~8.5 on 2 cores, the runs
 #               make ~3x fewer execs; for CI's short smoke runs
@@ -41,17 +42,18 @@ MODE=()
 $CARGO fuzz build "${MODE[@]}" --fuzz-dir fuzz
 
 mkdir -p fuzz/logs
-failed=()
-for t in "${TARGETS[@]}"; do
+# One target: its run, then its line in fuzz/logs/<target>.line and, if it
+# crashed, fuzz/logs/<target>.failed.
+run_one() {
+    local t=$1 log="fuzz/logs/$1.log" before max_len rc=0 last execs secs cov ft corp crashes rate
     mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
-    log="fuzz/logs/$t.log"
+    rm -f "fuzz/logs/$t.failed"
     before=$(find "fuzz/artifacts/$t" -type f | wc -l)
     case $t in
         control | cni_args) max_len=${FUZZ_MAX_LEN:-4096} ;;
         handover) max_len=${FUZZ_MAX_LEN:-65536} ;;
         *) max_len=${FUZZ_MAX_LEN:-16384} ;;
     esac
-    rc=0
     $CARGO fuzz run "${MODE[@]}" --fuzz-dir fuzz "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
         -max_total_time="$SECONDS_EACH" -rss_limit_mb="$RSS_MB" -max_len="$max_len" \
         -timeout=10 -print_final_stats=1 >"$log" 2>&1 || rc=$?
@@ -64,11 +66,25 @@ for t in "${TARGETS[@]}"; do
     corp=$(sed -n 's/.* corp: \([0-9]*\)\/.*/\1/p' <<<"$last")
     crashes=$(( $(find "fuzz/artifacts/$t" -type f | wc -l) - before ))
     rate=$(( ${execs:-0} / (${secs:-0} > 0 ? ${secs:-1} : 1) ))
-    echo "fuzz: $t: ${execs:-?} execs in ${secs:-?} s (${rate}/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, crashes $crashes (rc $rc, log $log)"
-    if [[ $rc -ne 0 || $crashes -ne 0 ]]; then
-        failed+=("$t")
-        grep -E 'panicked at|ERROR: |SUMMARY|Test unit written to' "$log" | head -n 5 | sed 's/^/    /'
-    fi
+    {
+        echo "fuzz: $t: ${execs:-?} execs in ${secs:-?} s (${rate}/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, crashes $crashes (rc $rc, log $log)"
+        if [[ $rc -ne 0 || $crashes -ne 0 ]]; then
+            grep -E 'panicked at|ERROR: |SUMMARY|Test unit written to' "$log" | head -n 5 | sed 's/^/    /'
+            touch "fuzz/logs/$t.failed"
+        fi
+    } >"fuzz/logs/$t.line"
+}
+# FUZZ_JOBS targets at a time (default 1; CI: one per core).
+jobs_max=${FUZZ_JOBS:-1}
+for t in "${TARGETS[@]}"; do
+    while [[ $(jobs -rp | wc -l) -ge $jobs_max ]]; do wait -n || true; done
+    run_one "$t" &
+done
+wait
+failed=()
+for t in "${TARGETS[@]}"; do
+    cat "fuzz/logs/$t.line"
+    [[ -e fuzz/logs/$t.failed ]] && failed+=("$t")
 done
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "fuzz: crashed: ${failed[*]} (inputs in fuzz/artifacts/)" >&2
