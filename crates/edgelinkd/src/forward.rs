@@ -329,25 +329,12 @@ fn adopted_fits(a: &Adopted, port: u16, stream: bool) -> bool {
 }
 
 fn drop_adopted(a: &Adopted) {
-    for c in &a.conns {
-        reset_conn(c);
-    }
-}
-
-/// Reset a handed-over connection nobody will serve.
-fn reset_conn(c: &ParkedConn) {
-    let socks: Vec<socket2::SockRef<'_>> = match c {
-        ParkedConn::Relaying(p) => vec![(&p.client).into(), (&p.upstream).into()],
-        ParkedConn::Pending(s) => vec![s.into()],
-    };
-    for s in socks {
-        let _ = s.set_linger(Some(Duration::ZERO));
-    }
+    a.conns.iter().for_each(ParkedConn::reset);
 }
 
 fn drop_conn(c: ParkedConn) {
     tracing::debug!("the daemon's connection cap is reached: a handed-over connection is reset");
-    reset_conn(&c);
+    c.reset();
 }
 
 impl Ctx {

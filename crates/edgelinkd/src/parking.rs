@@ -30,6 +30,19 @@ pub enum ParkedConn {
     Pending(std::net::TcpStream),
 }
 
+impl ParkedConn {
+    /// Close with a reset when dropped: nobody will serve it.
+    pub fn reset(&self) {
+        let socks: Vec<socket2::SockRef<'_>> = match self {
+            ParkedConn::Relaying(p) => vec![(&p.client).into(), (&p.upstream).into()],
+            ParkedConn::Pending(s) => vec![s.into()],
+        };
+        for s in socks {
+            let _ = s.set_linger(Some(Duration::ZERO));
+        }
+    }
+}
+
 /// One thing a parked task left.
 #[derive(Debug)]
 pub enum Item {
@@ -141,15 +154,7 @@ impl Lot {
         let left: Vec<(ForwardId, Adopted)> = lock(&self.adopted).drain().collect();
         let mut ids = Vec::new();
         for (id, a) in left {
-            for c in &a.conns {
-                let socks: Vec<socket2::SockRef<'_>> = match c {
-                    ParkedConn::Relaying(p) => vec![(&p.client).into(), (&p.upstream).into()],
-                    ParkedConn::Pending(s) => vec![s.into()],
-                };
-                for s in socks {
-                    let _ = s.set_linger(Some(Duration::ZERO));
-                }
-            }
+            a.conns.iter().for_each(ParkedConn::reset);
             ids.push(id);
         }
         ids
