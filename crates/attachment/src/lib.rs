@@ -12,6 +12,7 @@
 pub mod control;
 mod forward;
 mod naming;
+mod reverse;
 mod store;
 
 pub use control::{
@@ -19,6 +20,7 @@ pub use control::{
     DAEMON_SOCKET, RETIRED_ALIAS,
 };
 pub use forward::{Forward, ForwardPath, Protocol, ProxyProtocol};
+pub use reverse::{Dns, Reverse, Target, TargetError};
 pub use store::{Listed, RecordStore, STALE_TEMP};
 
 use ipnetwork::IpNetwork;
@@ -58,6 +60,14 @@ pub struct Record {
     pub forwards: Vec<Forward>,
     #[serde(default)]
     pub allowed_targets: Vec<IpNetwork>,
+    /// Ports on the interface that devices dial, relayed into the cluster.
+    /// Absent in records written before reverse forwards existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reverse: Vec<Reverse>,
+    /// The resolver settings the runtime (or the network config) gave,
+    /// for reverse targets that are names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<Dns>,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     /// The network configuration ADD ran with (without `prevResult`), so a

@@ -3,18 +3,20 @@
 //! (code 7 unless noted). docs/configuration.md is the user-facing contract.
 
 use crate::error::PluginError;
-use edgelink_attachment::Forward;
+use edgelink_attachment::{Dns, Forward, Reverse};
 use edgelink_cni_spec::env::is_valid_ifname;
 use edgelink_cni_spec::{codes, CniError, Env, NetConf};
 use edgelink_ipam::IpamConfig;
 use edgelink_netlink::MacvlanMode;
 use forwards::parse_forwards;
 use ipnetwork::IpNetwork;
+use reverse::{check_reverse, parse_dns, parse_reverse};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
 mod forwards;
+mod reverse;
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/edgelink";
 pub const DEFAULT_BRIDGE: &str = "edge0";
@@ -82,6 +84,13 @@ pub struct Config {
     pub forwards: Vec<Forward>,
     /// Explicit `allowedTargets`; `None` means the attachment's own subnets.
     pub allowed_targets: Option<Vec<IpNetwork>>,
+    /// `reverse[]`, an empty `allowed_sources` meaning the interface's
+    /// subnets ([`Config::reverse_for`]).
+    pub reverse: Vec<Reverse>,
+    /// `allowForeignSources`: reverse sources may lie outside the segment.
+    pub allow_foreign_sources: bool,
+    /// `runtimeConfig.dns`, else `dns`: the resolver for reverse targets.
+    pub dns: Option<Dns>,
 }
 
 /// Settings that must be read even from a config that is otherwise bad
@@ -213,7 +222,16 @@ fn parse_cidr_list(
     o: &Map<String, Value>,
     field: &str,
 ) -> Result<Option<Vec<IpNetwork>>, PluginError> {
-    match o.get(field) {
+    cidr_list(o, field, field)
+}
+
+/// `o[key]` as a list of CIDRs; `field` names it in errors.
+fn cidr_list(
+    o: &Map<String, Value>,
+    field: &str,
+    key: &str,
+) -> Result<Option<Vec<IpNetwork>>, PluginError> {
+    match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) => a
             .iter()
@@ -397,6 +415,14 @@ impl Config {
 
         let forwards = parse_forwards(o)?;
         let allowed_targets = parse_cidr_list(o, "allowedTargets")?;
+        let reverse = parse_reverse(o, &forwards)?;
+        let allow_foreign_sources = get_bool(o, "allowForeignSources")?;
+        let dns = parse_dns(
+            o,
+            net.has_capability("dns")
+                .then(|| net.runtime_config.get("dns"))
+                .flatten(),
+        )?;
         let cfg = Config {
             net,
             mode,
@@ -407,11 +433,15 @@ impl Config {
             requested_ips,
             forwards,
             allowed_targets,
+            reverse,
+            allow_foreign_sources,
+            dns,
         };
         // With the built-in IPAM the subnets are known now: check targets
         // before anything is touched. Delegated IPAM is checked after ADD.
         if let Ipam::Builtin(ic) = &cfg.ipam {
             cfg.check_targets(&ic.subnets())?;
+            cfg.check_reverse(&ic.subnets())?;
         } else if let Some(explicit) = &cfg.allowed_targets {
             cfg.check_targets(explicit)?;
         }
@@ -451,6 +481,32 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Every reverse forward must have an address to listen on, sources
+    /// inside the segment (unless `allowForeignSources`) and a target
+    /// outside it.
+    pub fn check_reverse(&self, own: &[IpNetwork]) -> Result<(), PluginError> {
+        check_reverse(&self.reverse_for(own), own, self.allow_foreign_sources)
+    }
+
+    /// The reverse forwards as the record keeps them: sources the config
+    /// leaves out are the interface's subnets (`own`).
+    pub fn reverse_for(&self, own: &[IpNetwork]) -> Vec<Reverse> {
+        let subnets: Vec<IpNetwork> = own
+            .iter()
+            .map(|n| IpNetwork::new(n.network(), n.prefix()).unwrap_or(*n))
+            .collect();
+        self.reverse
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if r.allowed_sources.is_empty() {
+                    r.allowed_sources = subnets.clone();
+                }
+                r
+            })
+            .collect()
     }
 
     pub fn uplink(&self) -> Option<&str> {

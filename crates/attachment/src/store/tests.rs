@@ -41,6 +41,8 @@ fn rec(cid: &str) -> Record {
             path: Default::default(),
         }],
         allowed_targets: vec!["172.17.16.0/24".parse().unwrap()],
+        reverse: vec![],
+        dns: None,
         created_at: 1,
         cni_config: None,
     }

@@ -135,6 +135,7 @@ fn add(
     let own: Vec<IpNetwork> = assigned.ips.iter().map(|i| i.address).collect();
     if !matches!(cfg.ipam, Ipam::Builtin(_)) {
         cfg.check_targets(&own)?;
+        cfg.check_reverse(&own)?;
     }
 
     // 3. Configure the pod side.
@@ -191,6 +192,8 @@ fn add(
         },
         forwards: cfg.forwards.clone(),
         allowed_targets: cfg.allowed(&own),
+        reverse: cfg.reverse_for(&own),
+        dns: cfg.dns.clone(),
         created_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

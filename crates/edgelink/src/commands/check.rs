@@ -157,7 +157,7 @@ pub fn run(cfg: &Config, env: &Env) -> Result<(), PluginError> {
             RecordStore::new(&cfg.state_dir).dir().display()
         )));
     };
-    if !record.forwards.is_empty() {
+    if !record.forwards.is_empty() || !record.reverse.is_empty() {
         check_daemon(cfg, env)?;
     }
     Ok(())

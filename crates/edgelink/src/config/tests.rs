@@ -294,3 +294,174 @@ fn forward_bounds_are_validated_and_name_the_forward() {
         );
     }
 }
+
+fn with_reverse() -> Value {
+    let mut v = base();
+    v["reverse"] = json!([
+        {"name": "mqtt", "protocol": "tcp", "port": 1883,
+         "target": "mqtt.hil.svc.cluster.local:1883"},
+        {"name": "collector", "protocol": "udp", "port": 8125,
+         "target": "10.96.0.20:8125", "allowedSources": ["172.17.16.128/25"]}
+    ]);
+    v
+}
+
+#[test]
+fn reverse_forwards_parse_and_default_their_sources_to_the_subnet() {
+    let c = parse(&with_reverse(), "").unwrap();
+    assert_eq!(c.reverse.len(), 2);
+    assert_eq!(
+        c.reverse[0].target.to_string(),
+        "mqtt.hil.svc.cluster.local:1883"
+    );
+    assert_eq!(c.reverse[1].protocol, Protocol::Udp);
+    let own: Vec<ipnetwork::IpNetwork> = vec!["172.17.16.201/24".parse().unwrap()];
+    let rec = c.reverse_for(&own);
+    assert_eq!(
+        rec[0].allowed_sources,
+        vec!["172.17.16.0/24".parse().unwrap()]
+    );
+    assert_eq!(
+        rec[1].allowed_sources,
+        vec!["172.17.16.128/25".parse().unwrap()]
+    );
+    assert!(!c.allow_foreign_sources);
+    assert_eq!(c.dns, None);
+}
+
+#[test]
+fn reverse_collisions_are_refused_naming_both() {
+    // With a forward of the same protocol and port.
+    let mut v = with_reverse();
+    v["reverse"][0]["port"] = json!(8080);
+    let e = err(&v);
+    assert_eq!(e.code, 7);
+    assert!(
+        e.msg.contains("reverse[0].port")
+            && e.msg.contains("forwards[0]")
+            && e.msg.contains("\"api\""),
+        "{e}"
+    );
+    // The same port with the other protocol is another socket: fine.
+    v["reverse"][0]["protocol"] = json!("udp");
+    v["reverse"][0]["port"] = json!(8080);
+    v["reverse"][1]["port"] = json!(8126);
+    assert!(parse(&v, "").is_ok());
+    // With another reverse forward.
+    let mut v = with_reverse();
+    v["reverse"][1]["protocol"] = json!("tcp");
+    v["reverse"][1]["port"] = json!(1883);
+    let e = err(&v);
+    assert!(
+        e.msg.contains("reverse[1].port")
+            && e.msg.contains("reverse[0]")
+            && e.msg.contains("\"mqtt\""),
+        "{e}"
+    );
+    // Names are shared with the forwards (status and metrics key on them).
+    let mut v = with_reverse();
+    v["reverse"][0]["name"] = json!("api");
+    let e = err(&v);
+    assert!(
+        e.msg.contains("reverse[0].name") && e.msg.contains("forwards[0]"),
+        "{e}"
+    );
+    let mut v = with_reverse();
+    v["reverse"][1]["name"] = json!("mqtt");
+    assert!(err(&v).msg.contains("is used by reverse[0]"));
+}
+
+#[test]
+fn reverse_sources_outside_the_segment_need_allow_foreign_sources() {
+    let mut v = with_reverse();
+    v["reverse"][1]["allowedSources"] = json!(["172.17.16.0/24", "192.168.9.0/24"]);
+    let e = err(&v);
+    assert_eq!(e.code, 7);
+    assert!(
+        e.msg.contains("reverse[1].allowedSources[1]")
+            && e.msg.contains("192.168.9.0/24")
+            && e.msg.contains("allowForeignSources"),
+        "{e}"
+    );
+    // Wider than the segment is outside it too.
+    v["reverse"][1]["allowedSources"] = json!(["172.17.0.0/16"]);
+    assert!(err(&v).msg.contains("allowedSources[0]"));
+    v["allowForeignSources"] = json!(true);
+    assert!(parse(&v, "").is_ok());
+    v["allowForeignSources"] = json!("yes");
+    assert!(err(&v).msg.contains("allowForeignSources"));
+    let mut v = with_reverse();
+    v["reverse"][0]["allowedSources"] = json!([]);
+    assert!(err(&v).msg.contains("is empty"));
+}
+
+#[test]
+fn a_reverse_target_in_the_segment_is_a_loop() {
+    let mut v = with_reverse();
+    v["reverse"][1]["target"] = json!("172.17.16.120:8125");
+    let e = err(&v);
+    assert_eq!(e.code, 7);
+    assert!(
+        e.msg.contains("reverse[1].target")
+            && e.msg.contains("loop")
+            && e.msg.contains("172.17.16.0/24"),
+        "{e}"
+    );
+}
+
+#[test]
+fn reverse_entries_are_validated_like_forwards() {
+    for (k, val, needle) in [
+        ("name", json!("MQTT"), "reverse[0].name"),
+        ("protocol", json!("sctp"), "sctp"),
+        ("port", json!(0), "reverse[0].port"),
+        ("target", json!("mqtt"), "has no port"),
+        ("target", json!("mqtt:0"), "not one in 1..=65535"),
+        (
+            "target",
+            json!("bad name:1883"),
+            "neither an IP address nor a DNS name",
+        ),
+        ("target", json!(1883), "is not a string"),
+        ("path", json!("kernel"), "reverse forwards are relayed"),
+        ("connectTimeoutMs", json!(0), "reverse[0].connectTimeoutMs"),
+        ("idleTimeoutMs", json!(5), "reverse[0].idleTimeoutMs"),
+        ("proxyProtocol", json!("v3"), "reverse[0].proxyProtocol"),
+        (
+            "allowedSources",
+            json!(["nope"]),
+            "reverse[0].allowedSources[0]",
+        ),
+    ] {
+        let mut v = with_reverse();
+        v["reverse"][0][k] = val;
+        let e = err(&v);
+        assert_eq!(e.code, 7, "{k}");
+        assert!(e.msg.contains(needle), "{k}: {e}");
+    }
+    let mut v = with_reverse();
+    v["reverse"][1]["maxConnections"] = json!(3);
+    assert!(err(&v).msg.contains("only valid with protocol tcp"));
+    let mut v = with_reverse();
+    v["reverse"] = json!({"name": "x"});
+    assert!(err(&v).msg.contains("reverse"));
+}
+
+#[test]
+fn dns_comes_from_the_runtime_before_the_config() {
+    let mut v = with_reverse();
+    v["dns"] = json!({"nameservers": ["10.96.0.10"], "search": ["hil.svc.cluster.local"]});
+    let c = parse(&v, "").unwrap();
+    assert_eq!(c.dns.as_ref().unwrap().nameservers, vec!["10.96.0.10"]);
+    v["capabilities"] = json!({"dns": true});
+    v["runtimeConfig"] = json!({"dns": {"nameservers": ["10.96.0.53"], "options": ["ndots:5"]}});
+    let c = parse(&v, "").unwrap();
+    let d = c.dns.unwrap();
+    assert_eq!(d.nameservers, vec!["10.96.0.53"]);
+    assert_eq!(d.options, vec!["ndots:5"]);
+    v["runtimeConfig"] = json!({"dns": {"nameservers": ["not-an-ip"]}});
+    let e = err(&v);
+    assert!(e.msg.contains("runtimeConfig.dns.nameservers[0]"), "{e}");
+    v["runtimeConfig"] = json!({"dns": {"nameservers": "10.0.0.1"}});
+    assert!(err(&v).msg.contains("runtimeConfig.dns"));
+}
