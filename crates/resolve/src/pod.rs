@@ -123,7 +123,9 @@ mod tests {
 
     /// A fake /proc with one "process" per (pid, setup) in this test's own
     /// netns, its root a directory `setup` fills.
-    fn fake_proc(procs: &[(u32, &dyn Fn(&Path))]) -> tempfile::TempDir {
+    type Setup<'a> = &'a dyn Fn(&Path);
+
+    fn fake_proc(procs: &[(u32, Setup)]) -> tempfile::TempDir {
         let tmp = tempfile::tempdir().expect("tempdir");
         for (pid, setup) in procs {
             let dir = tmp.path().join(pid.to_string());
