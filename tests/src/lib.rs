@@ -1259,3 +1259,4 @@ pub fn ip_files(dir: &std::path::Path) -> Vec<String> {
     v.sort();
     v
 }
+pub mod dns;
