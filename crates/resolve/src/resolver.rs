@@ -6,10 +6,12 @@
 
 use crate::exchange::{ask, Answer, Failure};
 use crate::{DnsSockets, ResolvConf, ResolveError};
+use futures_util::future::{BoxFuture, FutureExt, Shared};
 use hickory_proto::rr::{Name, RecordType};
 use std::collections::HashMap;
+use std::io;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// An answer is kept at least this long...
@@ -46,23 +48,51 @@ enum Cached {
 }
 
 /// One per pod netns; Send + Sync; cheap to share in an Arc.
+///
+/// Concurrent lookups of one name share one resolution (a task of its
+/// own, so it finishes and fills the cache even when the callers give up).
+/// `lookup` must run on a tokio runtime.
 pub struct Resolver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     conf: ResolvConf,
     sockets: Arc<dyn DnsSockets>,
     cache: Mutex<HashMap<String, Cached>>,
+    inflight: Mutex<Inflight>,
+}
+
+/// The resolutions under way, by cache key, each with a number so that
+/// only its own task removes it.
+#[derive(Default)]
+struct Inflight {
+    next: u64,
+    flights: HashMap<String, (u64, Flight)>,
+}
+
+type Flight = Shared<BoxFuture<'static, Result<Resolved, Arc<ResolveError>>>>;
+
+/// Lock a map; a panic elsewhere while holding it left a map, not a broken
+/// invariant: keep using it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Resolver {
     pub fn new(conf: ResolvConf, sockets: Arc<dyn DnsSockets>) -> Resolver {
         Resolver {
-            conf,
-            sockets,
-            cache: Mutex::new(HashMap::new()),
+            inner: Arc::new(Inner {
+                conf,
+                sockets,
+                cache: Mutex::new(HashMap::new()),
+                inflight: Mutex::new(Inflight::default()),
+            }),
         }
     }
 
     pub fn conf(&self) -> &ResolvConf {
-        &self.conf
+        &self.inner.conf
     }
 
     /// A and AAAA of `host` (search list / ndots applied like glibc;
@@ -83,9 +113,57 @@ impl Resolver {
             });
         }
         let key = host.to_ascii_lowercase();
-        if let Some(hit) = self.cached(&key, host) {
+        if let Some(hit) = self.inner.cached(&key, host) {
             return hit;
         }
+        self.flight(&key, host).await.map_err(|e| copy_error(&e))
+    }
+
+    /// Forget the cached answer for `host` (the daemon calls it after a
+    /// connect to the address failed).
+    pub fn forget(&self, host: &str) {
+        lock(&self.inner.cache).remove(&host.to_ascii_lowercase());
+    }
+
+    /// The resolution of `key` under way, or a new one.
+    fn flight(&self, key: &str, host: &str) -> Flight {
+        let mut inflight = lock(&self.inner.inflight);
+        if let Some((_, flight)) = inflight.flights.get(key) {
+            return flight.clone();
+        }
+        let number = inflight.next;
+        inflight.next += 1;
+        let inner = self.inner.clone();
+        let (k, h) = (key.to_string(), host.to_string());
+        let task = tokio::spawn(async move {
+            let result = inner.resolve_and_cache(&k, &h).await;
+            let mut inflight = lock(&inner.inflight);
+            if inflight.flights.get(&k).is_some_and(|(n, _)| *n == number) {
+                inflight.flights.remove(&k);
+            }
+            result.map_err(Arc::new)
+        });
+        let host = host.to_string();
+        let flight = async move {
+            task.await.unwrap_or_else(|e| {
+                Err(Arc::new(ResolveError::Io {
+                    what: format!("the lookup of {host:?}"),
+                    source: io::Error::other(e.to_string()),
+                }))
+            })
+        }
+        .boxed()
+        .shared();
+        inflight
+            .flights
+            .insert(key.to_string(), (number, flight.clone()));
+        flight
+    }
+}
+
+impl Inner {
+    /// Resolve `host` and cache the answer (and a negative one briefly).
+    async fn resolve_and_cache(&self, key: &str, host: &str) -> Result<Resolved, ResolveError> {
         let (result, until) = self.resolve(host).await;
         let entry = match &result {
             Ok(r) => Some(Cached::Found(r.clone())),
@@ -102,27 +180,15 @@ impl Resolver {
             Err(_) => None,
         };
         if let Some(entry) = entry {
-            self.lock().insert(key, entry);
+            lock(&self.cache).insert(key.to_string(), entry);
         }
         result
-    }
-
-    /// Forget the cached answer for `host` (the daemon calls it after a
-    /// connect to the address failed).
-    pub fn forget(&self, host: &str) {
-        self.lock().remove(&host.to_ascii_lowercase());
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
-        // A panic elsewhere while holding it left a map, not a broken
-        // invariant: keep using it.
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The cached answer for `key`, if still valid (expired ones are
     /// dropped).
     fn cached(&self, key: &str, host: &str) -> Option<Result<Resolved, ResolveError>> {
-        let mut cache = self.lock();
+        let mut cache = lock(&self.cache);
         let now = Instant::now();
         let hit = match cache.get(key)? {
             Cached::Found(r) if r.valid_until > now => Ok(r.clone()),
@@ -269,7 +335,75 @@ impl Resolver {
 impl std::fmt::Debug for Resolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Resolver")
-            .field("conf", &self.conf)
+            .field("conf", &self.inner.conf)
             .finish_non_exhaustive()
+    }
+}
+
+/// A copy of an error shared by the callers of one resolution (an I/O
+/// error keeps its kind and text).
+fn copy_error(e: &ResolveError) -> ResolveError {
+    use ResolveError as E;
+    let io = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+    match e {
+        E::Conf { line, text, reason } => E::Conf {
+            line: *line,
+            text: text.clone(),
+            reason: reason.clone(),
+        },
+        E::ConfValue { value, reason } => E::ConfValue {
+            value: value.clone(),
+            reason: reason.clone(),
+        },
+        E::NoNameserver => E::NoNameserver,
+        E::ConfFile { path, source } => E::ConfFile {
+            path: path.clone(),
+            source: Box::new(copy_error(source)),
+        },
+        E::BadName { host, reason } => E::BadName {
+            host: host.clone(),
+            reason: reason.clone(),
+        },
+        E::NxDomain { host, tried } => E::NxDomain {
+            host: host.clone(),
+            tried: tried.clone(),
+        },
+        E::NoRecords { host, tried } => E::NoRecords {
+            host: host.clone(),
+            tried: tried.clone(),
+        },
+        E::Timeout {
+            host,
+            servers,
+            attempts,
+            timeout_ms,
+        } => E::Timeout {
+            host: host.clone(),
+            servers: servers.clone(),
+            attempts: *attempts,
+            timeout_ms: *timeout_ms,
+        },
+        E::BadAnswer {
+            host,
+            server,
+            reason,
+        } => E::BadAnswer {
+            host: host.clone(),
+            server: *server,
+            reason: reason.clone(),
+        },
+        E::Query {
+            host,
+            server,
+            source,
+        } => E::Query {
+            host: host.clone(),
+            server: *server,
+            source: io(source),
+        },
+        E::Io { what, source } => E::Io {
+            what: what.clone(),
+            source: io(source),
+        },
     }
 }

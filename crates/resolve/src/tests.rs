@@ -213,6 +213,65 @@ fn answers_for_another_id_or_question_are_ignored() {
 }
 
 #[test]
+fn concurrent_lookups_share_one_resolution() {
+    let dns = server();
+    dns.set("telemetry.lab", &[ip("192.0.2.26")], 60);
+    let (r, _) = resolver(conf(&[dns.addr()], &[], 1));
+    let r = Arc::new(r);
+    let all = rt().block_on(async {
+        let lookups = (0..20).map(|_| {
+            let r = r.clone();
+            async move { r.lookup("telemetry.lab").await }
+        });
+        futures_util::future::join_all(lookups).await
+    });
+    for got in all {
+        assert_eq!(got.expect("lookup").addrs, vec![ip("192.0.2.26")]);
+    }
+    assert_eq!(dns.queries("telemetry.lab"), 2);
+    // Failures are shared too, and not kept: the next lookup asks again.
+    dns.set_silent(true);
+    let mut c = conf(&[dns.addr()], &[], 1);
+    c.timeout = Duration::from_millis(200);
+    c.attempts = 1;
+    let r = Arc::new(resolver(c).0);
+    let all = rt().block_on(async {
+        let lookups = (0..10).map(|_| {
+            let r = r.clone();
+            async move { r.lookup("quiet.lab").await }
+        });
+        futures_util::future::join_all(lookups).await
+    });
+    for got in all {
+        assert!(matches!(got, Err(ResolveError::Timeout { .. })), "{got:?}");
+    }
+    assert_eq!(dns.queries("quiet.lab"), 2);
+    let _ = rt().block_on(r.lookup("quiet.lab"));
+    assert_eq!(dns.queries("quiet.lab"), 4);
+}
+
+#[test]
+fn an_abandoned_lookup_still_fills_the_cache() {
+    let dns = server();
+    dns.set("late.lab", &[ip("192.0.2.27")], 60);
+    let (r, _) = resolver(conf(&[dns.addr()], &[], 1));
+    let rt = rt();
+    rt.block_on(async {
+        // Given up on at once (before its first poll ends).
+        let _ = tokio::time::timeout(Duration::ZERO, r.lookup("late.lab")).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dns.queries("late.lab") < 2 {
+            assert!(Instant::now() < deadline, "the resolution never ran");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let got = r.lookup("late.lab").await.expect("lookup");
+        assert_eq!(got.addrs, vec![ip("192.0.2.27")]);
+    });
+    assert_eq!(dns.queries("late.lab"), 2);
+}
+
+#[test]
 fn forget_causes_a_new_query() {
     let dns = server();
     dns.set("collector.lab", &[ip("192.0.2.40")], 600);
