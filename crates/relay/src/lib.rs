@@ -31,7 +31,7 @@ pub use tcp::{
     keepalive_params, relay_tcp, resume_tcp, splice_duplex, ParkedDirection, ParkedTcp, Relayed,
     TcpRelayConfig, DEFAULT_PIPE_SIZE,
 };
-pub use udp::{relay_udp, serve_udp, ParkedSession, UdpConfig, UdpForward};
+pub use udp::{relay_udp, serve_udp, ParkedSession, UdpConfig, UdpForward, UdpTarget};
 
 use futures_util::future::BoxFuture;
 use std::io;

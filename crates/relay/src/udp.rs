@@ -127,6 +127,39 @@ pub async fn serve_udp(
     .map(|_| ())
 }
 
+/// Where a UDP forward's new sessions go: one address, or whatever a
+/// function says when the session starts (a name followed by its
+/// resolver): a session keeps the address it started with.
+#[derive(Clone)]
+pub enum UdpTarget {
+    Fixed(SocketAddr),
+    Dynamic(Arc<dyn Fn() -> io::Result<SocketAddr> + Send + Sync>),
+}
+
+impl UdpTarget {
+    pub fn current(&self) -> io::Result<SocketAddr> {
+        match self {
+            UdpTarget::Fixed(a) => Ok(*a),
+            UdpTarget::Dynamic(f) => f(),
+        }
+    }
+}
+
+impl From<SocketAddr> for UdpTarget {
+    fn from(a: SocketAddr) -> UdpTarget {
+        UdpTarget::Fixed(a)
+    }
+}
+
+impl std::fmt::Debug for UdpTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UdpTarget::Fixed(a) => write!(f, "{a}"),
+            UdpTarget::Dynamic(_) => f.write_str("(followed)"),
+        }
+    }
+}
+
 /// A UDP forward's listener and sessions, as [`relay_udp`] parked them (or
 /// a listener alone, to start with). Plain descriptors: they can be sent
 /// to another process.
@@ -156,7 +189,7 @@ pub struct ParkedSession {
 #[allow(clippy::too_many_arguments)]
 pub async fn relay_udp(
     forward: UdpForward,
-    target: SocketAddr,
+    target: impl Into<UdpTarget>,
     source: Arc<dyn SocketSource>,
     cfg: UdpConfig,
     counters: Arc<Counters>,
@@ -174,7 +207,7 @@ pub async fn relay_udp(
     let (created_tx, mut created_rx) = mpsc::unbounded_channel();
     let mut table = Table::new(session::Shared {
         listener: listener.clone(),
-        target,
+        target: target.into(),
         source,
         counters: counters.clone(),
         refuse,

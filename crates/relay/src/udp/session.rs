@@ -66,7 +66,7 @@ impl Clock {
 /// What every session of a forward shares.
 pub(super) struct Shared {
     pub listener: Arc<UdpSocket>,
-    pub target: SocketAddr,
+    pub target: super::UdpTarget,
     pub source: Arc<dyn SocketSource>,
     pub counters: Arc<Counters>,
     pub refuse: Arc<RefuseFn>,
@@ -608,9 +608,15 @@ impl Drop for Table {
 
 /// Make a session's upstream socket and report it to the table.
 async fn make_socket(shared: Arc<Shared>, slot: usize, generation: u64) {
-    let target = shared.target;
-    let made = shared.source.udp_socket(target).await;
-    let result = made.and_then(|socket| {
+    let made = match shared.target.current() {
+        Ok(target) => shared
+            .source
+            .udp_socket(target)
+            .await
+            .map(|socket| (socket, target)),
+        Err(e) => Err(e),
+    };
+    let result = made.and_then(|(socket, target)| {
         socket.connect(target)?;
         socket.set_nonblocking(true)?;
         UdpSocket::from_std(socket)
