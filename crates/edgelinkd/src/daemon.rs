@@ -10,6 +10,7 @@ use crate::fds::{FdReserve, FD_RESERVE};
 use crate::forward::{self, PrivateSide, Shared};
 use crate::kernel::KernelForwards;
 use crate::model::{now, AttachmentStatus, ForwardRuntime, MalformedRecord, Status};
+use crate::reverse::ReverseSide;
 use crate::workers::Workers;
 use edgelink_attachment::{Record, RecordError, RecordStore};
 use edgelink_netns::{Netns, NetnsError};
@@ -631,11 +632,22 @@ impl Daemon {
         let (stop, _) = watch::channel(false);
         let (close, _) = watch::channel(false);
         let defaults = self.args.forward_defaults();
+        let reverse = rec.reverse.iter().cloned().map(|r| {
+            let side = ReverseSide::new(
+                r,
+                rec.netns.clone(),
+                rec.dns.clone(),
+                rec.interface.ips.clone(),
+            );
+            ForwardRuntime::reverse(side, &defaults)
+        });
         let forwards: Vec<Arc<ForwardRuntime>> = rec
             .forwards
             .iter()
             .cloned()
-            .map(|f| Arc::new(ForwardRuntime::new(f, &defaults)))
+            .map(|f| ForwardRuntime::new(f, &defaults))
+            .chain(reverse)
+            .map(Arc::new)
             .collect();
         let mut a = Attachment {
             record: rec,

@@ -91,6 +91,8 @@ mod tests {
             },
             forwards: vec![],
             allowed_targets: vec![],
+            reverse: vec![],
+            dns: None,
             created_at: 0,
             cni_config: config,
             pid_namespace: None,

@@ -109,8 +109,24 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         }
         return Vec::new();
     }
-    // The daemon checks allowedTargets again: the record is a file on disk.
-    if !spec.target_allowed(&ctx.allowed) {
+    // A reverse forward's target must not be in the segment (a loop); the
+    // daemon checks it again: the record is a file on disk.
+    if let Some(r) = &f.reverse {
+        let looped = r
+            .spec
+            .target
+            .addr()
+            .and_then(|a| r.in_segment(a.ip()).map(|n| (a, n)));
+        if let Some((a, n)) = looped {
+            f.set_listener("refused");
+            f.error(format!(
+                "target {a} is inside the interface's subnet {n}: a loop"
+            ));
+            tracing::warn!(forward = %spec.name, target = %a, "reverse target in the segment: not serving");
+            return Vec::new();
+        }
+    } else if !spec.target_allowed(&ctx.allowed) {
+        // The daemon checks allowedTargets again: the record is a file on disk.
         f.set_listener("refused");
         f.error(format!(
             "target {} is outside allowedTargets {:?}",
@@ -171,7 +187,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     };
     let mut tasks = Vec::new();
     for (w, sock) in socks {
-        let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %spec.target, worker = w);
+        let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %target_name(&f), worker = w);
         let task = match sock {
             Sock::Tcp(std) => {
                 let c = ctx.clone_for();
@@ -202,12 +218,19 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                     ..Default::default()
                 };
                 let private = ctx.private.clone();
-                let refuse: Arc<edgelink_relay::RefuseFn> =
-                    Arc::new(move |peer, ifindex| private.refuses(peer, None, ifindex));
+                let refuse: Arc<edgelink_relay::RefuseFn> = match f.reverse.clone() {
+                    Some(r) => {
+                        Arc::new(move |peer, ifindex| !r.admits(peer, ifindex, private.ifindex))
+                    }
+                    None => Arc::new(move |peer, ifindex| private.refuses(peer, None, ifindex)),
+                };
                 let mut stop = ctx.stop.clone();
                 let fr = f.clone();
                 let source: Arc<dyn edgelink_relay::SocketSource> = ctx.factory.clone();
-                let target = spec.target;
+                let target: edgelink_relay::UdpTarget = match f.reverse.clone() {
+                    Some(r) => edgelink_relay::UdpTarget::Dynamic(Arc::new(move || r.target())),
+                    None => spec.target.into(),
+                };
                 let counters = f.counters.clone();
                 let (lot, id, guard) = (ctx.shared.lot.clone(), ctx.id(), ctx.shared.lot.guard());
                 let park = lot.token();
@@ -239,6 +262,13 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         tasks.push(task);
     }
     f.set_listener("listening");
+    if let Some(r) = f.reverse.clone().filter(|r| r.spec.target.addr().is_none()) {
+        tasks.push(tokio::spawn(crate::follow::run(
+            r,
+            ctx.factory.clone(),
+            ctx.stop.clone(),
+        )));
+    }
     if spec.protocol == Protocol::Tcp && !ctx.shared.args.probe_interval.is_zero() {
         tasks.push(tokio::spawn(probe_loop(ctx.clone_for())));
     }
@@ -261,10 +291,14 @@ async fn bind(ctx: &Ctx, on: &[usize]) -> Option<Vec<(usize, Sock)>> {
     let reuse_port = on.len() > 1;
     // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
     // device too; a pod without IPv6 simply has no such listener.
-    let addrs = [
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
-        SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
-    ];
+    // A reverse forward: on the interface's own addresses, each required.
+    let addrs = match &f.reverse {
+        Some(r) => r.listen_addrs(),
+        None => vec![
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
+        ],
+    };
     let mut socks = Vec::new();
     'addrs: for addr in addrs {
         let mut these = Vec::new();
@@ -281,7 +315,7 @@ async fn bind(ctx: &Ctx, on: &[usize]) -> Option<Vec<(usize, Sock)>> {
                         })
                     },
                 )),
-                Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() => {
+                Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() && f.reverse.is_none() => {
                     tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
                     continue 'addrs;
                 }
@@ -344,6 +378,28 @@ impl Ctx {
             self.attachment.1.clone(),
             self.forward.spec.name.clone(),
         )
+    }
+
+    /// Whether an accepted connection must be reset: a forward refuses
+    /// the private side; a reverse forward admits only its sources, on
+    /// the interface.
+    fn refuses(&self, peer: SocketAddr, local: Option<SocketAddr>, ingress: Option<u32>) -> bool {
+        match &self.forward.reverse {
+            Some(r) => !r.admits(peer, ingress, self.private.ifindex),
+            None => self.private.refuses(peer, local, ingress),
+        }
+    }
+
+    /// Where the next connect goes. A reverse target that is a name and
+    /// has no address yet is waited for, up to the connect timeout.
+    async fn target(&self) -> std::io::Result<SocketAddr> {
+        match &self.forward.reverse {
+            Some(r) => {
+                let wait = Duration::from_millis(self.forward.spec.connect_timeout_ms);
+                r.target_within(wait).await
+            }
+            None => Ok(self.forward.spec.target),
+        }
     }
 
     fn clone_for(&self) -> Ctx {
@@ -413,9 +469,9 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx, guard: Gua
             }
         };
         let ingress = sockopt::ingress_ifindex(&client, v6);
-        if ctx.private.refuses(peer, client.local_addr().ok(), ingress) {
+        if ctx.refuses(peer, client.local_addr().ok(), ingress) {
             Counters::inc(&ctx.forward.counters.refused);
-            tracing::debug!(%peer, ?ingress, "refused a connection from the private side");
+            tracing::debug!(%peer, ?ingress, "refused a connection (private side, or not an allowed source)");
             let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
             continue;
         }
@@ -575,15 +631,14 @@ async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
     };
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
-    let target = f.spec.target;
-    match connect_with_header(ctx, client, target).await {
+    match connect_with_header(ctx, client).await {
         Ok(s) => {
             f.reach(true, None);
             Setup::Go(permit, s)
         }
         Err(e) => {
             Counters::inc(&f.counters.connect_errors);
-            f.error(format!("connect {target}: {e}"));
+            f.error(format!("connect {}: {e}", target_name(f)));
             f.reach(false, Some(e.to_string()));
             tracing::debug!(error = %e, "connect to the target failed");
             // The client sees a reset at once, as if the target refused.
@@ -695,13 +750,24 @@ async fn relay(
 /// Connect, and after a failure (timeout, refusal, no route while the
 /// device restarts) try again `connectRetries` times with a doubling wait.
 /// Successful connects are timed in the forward's latency histogram.
-async fn connect_retrying(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+///
+/// A reverse forward's target is asked for again before each try: a name
+/// whose address failed is looked up again meanwhile.
+async fn connect_retrying(ctx: &Ctx) -> std::io::Result<tokio::net::TcpStream> {
     let p = &ctx.forward.protection;
     let mut close = ctx.close.clone();
     let mut tried = 0;
     loop {
         let started = std::time::Instant::now();
-        match connect(ctx, target).await {
+        let attempt = match ctx.target().await {
+            Ok(target) => connect(ctx, target).await.inspect_err(|_| {
+                if let Some(r) = &ctx.forward.reverse {
+                    r.connect_failed();
+                }
+            }),
+            Err(e) => Err(e),
+        };
+        match attempt {
             Ok(s) => {
                 p.latency.observe(started.elapsed());
                 return Ok(s);
@@ -745,10 +811,9 @@ async fn connect(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::T
 async fn connect_with_header(
     ctx: &Ctx,
     client: &tokio::net::TcpStream,
-    target: SocketAddr,
 ) -> std::io::Result<tokio::net::TcpStream> {
     use edgelink_relay::proxy_header::{self, Version};
-    let mut upstream = connect_retrying(ctx, target).await?;
+    let mut upstream = connect_retrying(ctx).await?;
     let version = match ctx.forward.spec.proxy_protocol {
         None => return Ok(upstream),
         Some(edgelink_attachment::ProxyProtocol::V1) => Version::V1,
@@ -770,6 +835,15 @@ async fn connect_with_header(
     }
 }
 
+/// The target as the status names it: a reverse forward's as configured
+/// (a name, maybe).
+fn target_name(f: &ForwardRuntime) -> String {
+    match &f.reverse {
+        Some(r) => r.spec.target.to_string(),
+        None => f.spec.target.to_string(),
+    }
+}
+
 /// Keep `reachability` fresh for forwards nobody uses right now.
 async fn probe_loop(mut ctx: Ctx) {
     let every = ctx.shared.args.probe_interval;
@@ -779,7 +853,11 @@ async fn probe_loop(mut ctx: Ctx) {
             crate::model::now().saturating_sub(s.reachability.checked_at) < every.as_secs()
         };
         if !recent {
-            match connect(&ctx, ctx.forward.spec.target).await {
+            let probe = match ctx.target().await {
+                Ok(target) => connect(&ctx, target).await,
+                Err(e) => Err(e),
+            };
+            match probe {
                 Ok(s) => {
                     drop(s);
                     ctx.forward.reach(true, None);

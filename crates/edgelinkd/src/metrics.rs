@@ -153,6 +153,12 @@ pub fn render(d: &Daemon) -> String {
                 ("forward".into(), f.name.clone()),
                 ("protocol".into(), f.protocol.clone()),
                 ("path".into(), f.path.clone()),
+                // `forward` (cluster to device) or `reverse` (device to
+                // cluster): the same families serve both directions.
+                (
+                    "direction".into(),
+                    f.direction.clone().unwrap_or_else(|| "forward".into()),
+                ),
             ];
             let values = [
                 f.total_connections,

@@ -55,6 +55,9 @@ pub struct ForwardRuntime {
     /// The kernel path: packets each way, from the table's counters.
     pub packets_to_target: AtomicU64,
     pub packets_to_client: AtomicU64,
+    /// A reverse forward's own side (listen on the interface, sources,
+    /// the followed target); `None` for a forward.
+    pub reverse: Option<std::sync::Arc<crate::reverse::ReverseSide>>,
 }
 
 /// The daemon's defaults for what a forward does not set itself.
@@ -98,6 +101,7 @@ impl ForwardRuntime {
             protection: Protection::new(limits),
             packets_to_target: AtomicU64::new(0),
             packets_to_client: AtomicU64::new(0),
+            reverse: None,
             spec,
             counters: Default::default(),
             state: Mutex::new(ForwardState {
@@ -109,6 +113,13 @@ impl ForwardRuntime {
                 ..Default::default()
             }),
         }
+    }
+
+    /// A reverse forward: served as a forward, with its own side.
+    pub fn reverse(side: crate::reverse::ReverseSide, d: &ForwardDefaults) -> ForwardRuntime {
+        let mut f = ForwardRuntime::new(side.spec.as_forward(), d);
+        f.reverse = Some(std::sync::Arc::new(side));
+        f
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, ForwardState> {
@@ -143,11 +154,37 @@ impl ForwardRuntime {
         let tcp = self.spec.protocol == edgelink_attachment::Protocol::Tcp && !kernel;
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let s = self.lock();
+        let reverse = self.reverse.as_ref().map(|r| (r, r.lock().clone()));
         ForwardStatus {
             name: self.spec.name.clone(),
             protocol: self.spec.protocol.to_string(),
             port: self.spec.port,
-            target: self.spec.target.to_string(),
+            target: match &reverse {
+                Some((r, _)) => r.spec.target.to_string(),
+                None => self.spec.target.to_string(),
+            },
+            direction: reverse.as_ref().map(|_| "reverse".to_string()),
+            listen: reverse
+                .as_ref()
+                .map(|(r, _)| r.listen_addrs().iter().map(|a| a.to_string()).collect()),
+            allowed_sources: reverse.as_ref().map(|(r, _)| {
+                r.spec
+                    .allowed_sources
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect()
+            }),
+            resolved: reverse
+                .as_ref()
+                .filter(|(r, _)| r.spec.target.addr().is_none())
+                .map(|(_, res)| ResolvedStatus {
+                    address: res.addr.map(|a| a.to_string()),
+                    answered_as: res.answered_as.clone(),
+                    resolved_at: (res.resolved_at > 0).then_some(res.resolved_at),
+                    error: res.error.clone(),
+                    lookups: res.lookups,
+                    resolver: res.resolver.clone(),
+                }),
             listener: s.listener.clone(),
             // A UDP forward's sessions are its connections (the relay counts
             // them apart; the kernel path counts its conntrack flows in
@@ -213,13 +250,50 @@ fn relay() -> String {
     "relay".into()
 }
 
+/// A reverse target that is a name: how it resolves now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedStatus {
+    /// The address new connections go to (none yet, or a loop refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The name that answered, after the search list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_as: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<u64>,
+    /// Why the last lookup failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub lookups: u64,
+    /// Where the resolver configuration came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolver: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ForwardStatus {
     pub name: String,
     pub protocol: String,
     pub port: u16,
+    /// A forward's device, or a reverse forward's cluster target as
+    /// configured (`IP:port` or `name:port`).
     pub target: String,
+    /// `reverse` for a reverse forward (devices calling the cluster);
+    /// absent for a forward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<String>,
+    /// Reverse: the interface addresses it listens on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<Vec<String>>,
+    /// Reverse: who may connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_sources: Option<Vec<String>>,
+    /// Reverse, with a name as target: its resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<ResolvedStatus>,
     pub listener: String,
     /// TCP connections being relayed now; for a UDP forward, its open
     /// sessions (also in `udp_sessions`).

@@ -94,10 +94,22 @@ pub fn table(s: &Status) -> String {
             rows.push(row);
         }
         for f in &a.forwards {
+            // A reverse forward: marked, and a name target with the
+            // address it resolves to now.
+            let reverse = f.direction.as_deref() == Some("reverse");
+            let target = match f.resolved.as_ref().and_then(|r| r.address.as_ref()) {
+                Some(a) => format!("{} = {a}", f.target),
+                None => f.target.clone(),
+            };
             rows.push([
                 pod.clone(),
-                format!("{}/{}", f.name, f.protocol),
-                f.target.clone(),
+                format!(
+                    "{}/{}{}",
+                    f.name,
+                    f.protocol,
+                    if reverse { " (reverse)" } else { "" }
+                ),
+                target,
                 f.listener.clone(),
                 f.active_connections.to_string(),
                 f.total_connections.to_string(),
@@ -149,6 +161,10 @@ mod tests {
             protocol: protocol.into(),
             port: 5000,
             target: "172.17.16.120:5000".into(),
+            direction: None,
+            listen: None,
+            allowed_sources: None,
+            resolved: None,
             listener: "listening".into(),
             active_connections: 0,
             total_connections: 1,

@@ -1,0 +1,154 @@
+//! Following a reverse forward's target name: look it up with the pod's
+//! resolver from inside the pod's netns, again when its TTL runs out, and
+//! at once after a connect to its address failed. The address in use is
+//! [`ReverseSide`]'s; this task only keeps it fresh.
+//!
+//! The resolver configuration is the pod's own /etc/resolv.conf (found
+//! through a process in the pod's netns, read from its mount namespace),
+//! else the `dns` the runtime (or the network config) gave. It is looked
+//! for again after every failed lookup: at ADD only the sandbox runs, and
+//! the containers that carry resolv.conf come later.
+
+use crate::factory::Factory;
+use crate::reverse::ReverseSide;
+use edgelink_attachment::Target;
+use edgelink_relay::SocketSource;
+use edgelink_resolve::{pod_resolv_conf, DnsSockets, ResolvConf, Resolver};
+use futures_util::future::BoxFuture;
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// After a failure, the next lookup waits this long, doubling up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// An answer is used at least this long (a TTL of 0 must not turn into a
+/// query loop).
+const MIN_WAIT: Duration = Duration::from_secs(1);
+
+/// The queries' sockets: made by the attachment's factory, inside the
+/// pod's netns, so they leave through the pod's own interfaces.
+struct PodSockets(Arc<Factory>);
+
+impl DnsSockets for PodSockets {
+    fn udp(&self, server: SocketAddr) -> BoxFuture<'static, io::Result<std::net::UdpSocket>> {
+        self.0.udp_socket(server)
+    }
+
+    fn tcp(&self, server: SocketAddr) -> BoxFuture<'static, io::Result<socket2::Socket>> {
+        self.0.tcp_socket(server)
+    }
+}
+
+/// The pod's resolver configuration and where it came from.
+fn pod_conf(r: &ReverseSide) -> Result<(ResolvConf, String), String> {
+    let mut why = Vec::new();
+    match pod_resolv_conf(Path::new(&r.netns)) {
+        Ok(Some((pid, conf))) => {
+            return Ok((conf, format!("/etc/resolv.conf of pid {pid} in the pod")))
+        }
+        Ok(None) => why.push("no process in the pod's netns has an /etc/resolv.conf".to_string()),
+        Err(e) => why.push(format!("the pod's resolv.conf: {e}")),
+    }
+    match &r.dns {
+        Some(d) => {
+            let mut search = d.search.clone();
+            if search.is_empty() {
+                search.extend(d.domain.clone());
+            }
+            match ResolvConf::from_parts(&d.nameservers, &search, &d.options) {
+                Ok(conf) => return Ok((conf, "the runtime's dns".into())),
+                Err(e) => why.push(format!("the runtime's dns: {e}")),
+            }
+        }
+        None => why.push("the runtime gave no dns".into()),
+    }
+    Err(format!("no resolver: {}", why.join("; ")))
+}
+
+/// Keep `r`'s address fresh until `stop`.
+pub async fn run(r: Arc<ReverseSide>, factory: Arc<Factory>, mut stop: watch::Receiver<bool>) {
+    let Target::Name { host, port } = r.spec.target.clone() else {
+        return;
+    };
+    let sockets: Arc<dyn DnsSockets> = Arc::new(PodSockets(factory));
+    let mut resolver: Option<Resolver> = None;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let mut failed = |why: String, lost: bool| {
+            tracing::warn!(forward = %r.spec.name, %host, error = %why, "reverse target lookup failed");
+            if lost {
+                r.lost(why);
+            } else {
+                r.failed(why);
+            }
+            let wait = backoff;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            wait
+        };
+        let wait = match resolver.as_ref() {
+            None => match pod_conf(&r) {
+                Ok((conf, from)) => {
+                    tracing::info!(forward = %r.spec.name, %host, resolver = %from,
+                        nameservers = ?conf.nameservers, "resolving the reverse target");
+                    r.lock().resolver = Some(from);
+                    resolver = Some(Resolver::new(conf, sockets.clone()));
+                    continue;
+                }
+                Err(why) => failed(why, false),
+            },
+            Some(res) => {
+                r.counted_lookup();
+                match res.lookup(&host).await {
+                    Ok(answer) => {
+                        // A name that leads back into the segment is a
+                        // loop: those addresses are never used.
+                        match answer.addrs.iter().find(|ip| r.in_segment(**ip).is_none()) {
+                            Some(ip) => {
+                                let addr = SocketAddr::new(*ip, port);
+                                let before = r.lock().addr;
+                                if before != Some(addr) {
+                                    tracing::info!(forward = %r.spec.name, %host, %addr,
+                                        previous = ?before, "reverse target resolved");
+                                }
+                                r.resolved(addr, answer.name.clone());
+                                backoff = FIRST_BACKOFF;
+                                answer
+                                    .valid_until
+                                    .saturating_duration_since(Instant::now())
+                                    .max(MIN_WAIT)
+                            }
+                            None => failed(
+                                format!(
+                                    "{host} resolves to {:?}, inside the interface's subnet: a loop, refused",
+                                    answer.addrs
+                                ),
+                                true,
+                            ),
+                        }
+                    }
+                    Err(e) => {
+                        // The configuration may have changed (or appeared):
+                        // read it again before the next lookup.
+                        resolver = None;
+                        failed(format!("lookup {host}: {e}"), false)
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = r.again.notified() => {
+                tracing::debug!(forward = %r.spec.name, %host, "connect failed: looking the target up again");
+                if let Some(res) = &resolver {
+                    res.forget(&host);
+                }
+            }
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
