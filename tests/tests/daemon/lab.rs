@@ -411,7 +411,10 @@ impl DLab {
     /// an ADD the daemon may still report the old one, whose listeners its
     /// next pass closes before it opens the new ones.
     pub fn wait_serving(&self) -> Value {
-        let n = self.conf["forwards"].as_array().map_or(0, Vec::len);
+        let n = ["forwards", "reverse"]
+            .iter()
+            .map(|k| self.conf[k].as_array().map_or(0, Vec::len))
+            .sum();
         let mac = self.result["interfaces"]
             .as_array()
             .and_then(|i| {

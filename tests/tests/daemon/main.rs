@@ -21,6 +21,8 @@ mod protection;
 mod proxy_protocol;
 mod records;
 mod restarts;
+mod reverse;
+mod reverse_dns;
 mod security;
 mod tcp;
 mod udp;
