@@ -7,19 +7,22 @@
 //!    this Device does not own: then nothing is applied and the conflict
 //!    is reported;
 //! 3. write its status: conditions `Reconciled`, `Ready`,
-//!    `DeviceReachable`, the proxy pod, its node and segment address, and
-//!    per port what the node's edgelinkd last reported.
+//!    `DeviceReachable` (and `ReverseResolved` when it has reverse
+//!    entries), the proxy pod, its node and segment address, and per port
+//!    and reverse entry what the node's edgelinkd last reported.
 //!
 //! Deleting a Device deletes its objects through their owner references
 //! (the garbage collector). Every Device is reconciled again each
 //! `--resync`, on any change of it or its objects, of its proxy pod, of
-//! its EdgeNetwork, and when its node's report changes its proxy's states.
+//! its EdgeNetwork, of a Service its reverse entries name, and when its
+//! node's report changes its proxy's states.
 
 use crate::run::metrics::{Metrics, Outcome, Reason};
 use crate::run::reports::Reports;
 use edgelink_operator::crd::{Device, DeviceStatus, EdgeNetwork, NetworkAttachmentDefinition};
 use edgelink_operator::render::{self, ProxyPodSettings, DEVICE_LABEL, MANAGER};
 use edgelink_operator::report::{self, Verdict};
+use edgelink_operator::reverse::Resolved;
 use edgelink_operator::validate;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -47,7 +50,7 @@ pub enum Error {
     },
 }
 
-fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+pub(crate) fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let what = what.into();
     move |source| Error::Kube { what, source }
 }
@@ -64,6 +67,9 @@ pub struct Ctx {
     /// Reports may not have arrived yet this soon after taking the lead:
     /// keep the DeviceReachable the Device has.
     pub started: Instant,
+    /// The cluster's DNS domain, for a headless Service a reverse entry
+    /// names.
+    pub cluster_domain: String,
 }
 
 /// Why the objects were not applied.
@@ -198,8 +204,14 @@ where
     Ok(())
 }
 
+/// What was applied: for which node, with which reverse targets.
+struct Made {
+    node: String,
+    reverse: Vec<Resolved>,
+}
+
 /// Apply the three objects, or say why not.
-async fn make(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error> {
+async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Error> {
     let name = d.name_any();
     let ns = d.namespace().unwrap_or_default();
     if let Err(e) = validate::device(d) {
@@ -235,7 +247,16 @@ async fn make(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error
             e.to_string(),
         )));
     }
-    let r = render::render(d, &net, &node, &ctx.settings);
+    let services = crate::run::services::lookup(&ctx.client, d).await?;
+    let reverse = edgelink_operator::reverse::resolve(d, &services, &ctx.cluster_domain);
+    if let Err(e) = validate::reverse_placement(d, &net, &node, &reverse) {
+        return Ok(Err(not_applied(
+            "InvalidPlacement",
+            "invalid",
+            e.to_string(),
+        )));
+    }
+    let r = render::render(d, &net, &node, &ctx.settings, &reverse);
     let nads: Api<NetworkAttachmentDefinition> = Api::namespaced(ctx.client.clone(), &ns);
     let stss: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
     let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
@@ -257,7 +278,7 @@ async fn make(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error
     apply(&nads, &r.nad, &name).await?;
     apply(&svcs, &r.service, &name).await?;
     apply(&stss, &r.statefulset, &name).await?;
-    Ok(Ok(node))
+    Ok(Ok(Made { node, reverse }))
 }
 
 fn cond(type_: &str, v: &Verdict, generation: Option<i64>, old: &[Condition]) -> Condition {
@@ -353,7 +374,7 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
     };
     let made = make(ctx, d).await?;
     let (reconciled, outcome, node) = match &made {
-        Ok(node) => (
+        Ok(Made { node, .. }) => (
             verdict(
                 "True",
                 "Applied",
@@ -380,9 +401,14 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
     status.pod = pod.as_ref().map(|_| pod_name.clone());
     status.segment_address = pod.as_ref().and_then(net1_from_annotation);
     let report_node = pod_node.or(node);
+    let resolved: &[Resolved] = match &made {
+        Ok(m) => &m.reverse,
+        Err(_) => &[],
+    };
     let health = report_node.as_deref().map(|n| {
         report::health(
             d,
+            resolved,
             n,
             &pod_name,
             ctx.reports.get(n).as_ref(),
@@ -452,8 +478,12 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
             format!("pod {ns}/{pod_name} is ready"),
         ),
     };
+    if made.is_ok() {
+        status.reverse = edgelink_operator::reverse::status(d, resolved, None).0;
+    }
     if let Some(h) = health.filter(|h| h.listening.is_some()) {
         status.ports = h.ports;
+        status.reverse = h.reverse;
         if h.segment_address.is_some() {
             status.segment_address = h.segment_address;
         }
@@ -471,6 +501,19 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         cond("Ready", &ready, gen, &old.conditions),
         cond("DeviceReachable", &reachable, gen, &old.conditions),
     ];
+    if !d.spec.reverse.is_empty() {
+        let v = match &made {
+            Ok(m) => edgelink_operator::reverse::verdict(&m.reverse),
+            Err(_) => verdict(
+                "Unknown",
+                "NotApplied",
+                "the Device's objects are not applied (see Reconciled)",
+            ),
+        };
+        status
+            .conditions
+            .push(cond("ReverseResolved", &v, gen, &old.conditions));
+    }
     if status != old {
         let devices: Api<Device> = Api::namespaced(ctx.client.clone(), &ns);
         let body = serde_json::json!({
@@ -553,6 +596,14 @@ pub async fn run(
                         .map(|d| ObjectRef::from_obj(&*d))
                         .collect::<Vec<_>>()
                 }
+            },
+        )
+        .watches(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
+            {
+                let store = store.clone();
+                move |s: Service| crate::run::services::devices_naming(&s, store.state())
             },
         )
         .reconcile_on(tokio_stream_from(triggers))
