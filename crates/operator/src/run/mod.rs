@@ -4,6 +4,7 @@
 
 pub mod controller;
 pub mod leader;
+pub mod make;
 pub mod metrics;
 pub mod reports;
 pub mod server;
