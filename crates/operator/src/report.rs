@@ -56,6 +56,17 @@ pub struct ReportForward {
     pub udp_sessions_total: u64,
     pub last_error: Option<String>,
     pub reachability: ReportReachability,
+    /// A reverse forward whose target is a name: how it resolves now.
+    pub resolved: Option<ReportResolved>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportResolved {
+    /// The address new connections go to.
+    pub address: Option<String>,
+    /// Why the last lookup failed.
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -220,22 +220,32 @@ pub fn plugin_entries(d: &Device, resolved: &[Resolved]) -> Vec<Value> {
 }
 
 /// `host:port` split, as the plugin reads a target: `[IPv6]:port`,
-/// `IPv4:port` or `dns-name:port`, port 1..65535.
+/// `IPv4:port` (unicast) or `dns-name:port` (labels of letters, digits,
+/// `-` and `_`, a final dot allowed, not all digits), port 1..65535.
 pub fn parse_target(t: &str) -> Option<(String, u16)> {
+    if let Ok(a) = t.parse::<std::net::SocketAddr>() {
+        let ip = a.ip();
+        let unicast = !(ip.is_unspecified()
+            || ip.is_multicast()
+            || ip == IpAddr::V4(std::net::Ipv4Addr::BROADCAST));
+        return (a.port() != 0 && unicast).then(|| (ip.to_string(), a.port()));
+    }
     let (host, port) = t.rsplit_once(':')?;
     let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
-    if let Some(h) = host.strip_prefix('[') {
-        let a: std::net::Ipv6Addr = h.strip_suffix(']')?.parse().ok()?;
-        return Some((a.to_string(), port));
+    if host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
+        return None;
     }
-    let is_name = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
+    let name = host.strip_suffix('.').unwrap_or(host);
+    let is_name = !name.is_empty()
+        && name.len() <= 253
+        && !name.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+        && name.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
                 && !l.starts_with('-')
                 && !l.ends_with('-')
-                && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+                && l.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
         });
     is_name.then(|| (host.to_string(), port))
 }
@@ -254,7 +264,7 @@ pub fn check_spec(d: &Device, p: &mut Vec<String>) {
             )),
             (None, None) => p.push(format!("{f} ({}): service or target is required", r.name)),
             (None, Some(t)) if parse_target(t).is_none() => p.push(format!(
-                "{f}.target: {t:?} is not IP:port, [IPv6]:port or dns-name:port with a port in 1..65535"
+                "{f}.target: {t:?} is not IP:port (unicast), [IPv6]:port or dns-name:port with a port in 1..65535"
             )),
             (Some(s), None)
                 if service_key(d, s)
@@ -521,6 +531,10 @@ pub fn status(
                 s.bytes_to_target = f.bytes_to_target;
                 s.bytes_from_target = f.bytes_to_client;
                 s.last_error = f.last_error.clone();
+                if let Some(res) = &f.resolved {
+                    s.resolved_address = res.address.clone();
+                    s.resolve_error = res.error.clone();
+                }
             }
         }
         out.push(s);

@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 /// `reverse[].idleTimeoutMs` at most, as the plugin's: a week.
 pub const MAX_IDLE_TIMEOUT_MS: u32 = 604_800_000;
 
-/// `host:port`: an IPv4 address or a DNS name, or `[IPv6]`, then a port.
-pub const TARGET_PATTERN: &str =
-    r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$";
+/// `host:port`: an IPv4 address or a DNS name, or `[IPv6]`, then a port
+/// (the finer rules are the controller's, as the plugin's).
+pub const TARGET_PATTERN: &str = r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_][-A-Za-z0-9_.]*):[0-9]{1,5}$";
 
 fn service_port_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
@@ -120,6 +120,12 @@ pub struct ReverseStatus {
     /// `namespace/name`, for an entry that names a Service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// A target that is a name: the address edgelinkd resolved it to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_address: Option<String>,
+    /// A target that is a name: why edgelinkd's last lookup failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_error: Option<String>,
     /// edgelinkd's listener on net1: listening, starting, failed, refused,
     /// stopped; `absent` when the proxy pod does not serve it (yet),
     /// `unresolved` when it is not rendered.

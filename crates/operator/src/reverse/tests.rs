@@ -292,7 +292,7 @@ fn service_or_target_the_target_form_and_the_tcp_only_keys_are_checked() {
     for want in [
         "spec.reverse[0] (mqtt): give service or target, not both",
         "spec.reverse[1] (collector): service or target is required",
-        "spec.reverse[2].target: \"fd00::1:80\" is not IP:port, [IPv6]:port or dns-name:port",
+        "spec.reverse[2].target: \"fd00::1:80\" is not IP:port (unicast), [IPv6]:port or dns-name:port",
         "spec.reverse[1].proxyProtocol: is only valid with protocol tcp (collector is udp)",
         "spec.reverse[1].idleTimeoutMs: is only valid with protocol tcp (collector is udp)",
         "spec.reverse[1].idleTimeoutMs: 10 is not 0 (never) or in 1000..604800000",
@@ -305,7 +305,15 @@ fn service_or_target_the_target_form_and_the_tcp_only_keys_are_checked() {
         ("[fd00::1]:80", Some(("fd00::1", 80))),
         ("10.1.2.3:65535", Some(("10.1.2.3", 65535))),
         ("mqtt.hil.svc:1883", Some(("mqtt.hil.svc", 1883))),
+        (
+            "_mqtt._tcp.hil.svc.cluster.local.:1883",
+            Some(("_mqtt._tcp.hil.svc.cluster.local.", 1883)),
+        ),
         ("mqtt:0", None),
+        ("300.1.2.3:80", None),
+        ("0.0.0.0:80", None),
+        ("224.0.0.1:80", None),
+        ("fd00::1:80", None),
         ("mqtt:65536", None),
         ("-bad:80", None),
         (":80", None),
@@ -375,7 +383,11 @@ fn status_comes_from_the_reverse_forwards_of_the_report() {
              "target": "10.96.4.12:1883", "listener": "listening", "activeConnections": 2,
              "totalConnections": 9, "bytesToTarget": 300, "bytesToClient": 40},
             {"name": "collector", "direction": "reverse", "protocol": "udp", "port": 9000,
-             "listener": "failed", "udpSessionsTotal": 4, "lastError": "address in use"}
+             "listener": "failed", "udpSessionsTotal": 4, "lastError": "address in use"},
+            {"name": "mock", "direction": "reverse", "protocol": "tcp", "port": 8443,
+             "target": "mock.hil.svc.cluster.local:443", "listener": "listening",
+             "resolved": {"address": "10.96.9.9:443", "answeredAs": "mock.hil.svc.cluster.local.",
+                          "error": "last lookup: timed out", "lookups": 3}}
         ]
     }))
     .unwrap();
@@ -409,6 +421,20 @@ fn status_comes_from_the_reverse_forwards_of_the_report() {
         ),
         ("failed", 4, Some("address in use"))
     );
+    assert_eq!(
+        (
+            st[2].listening,
+            st[2].resolved_address.as_deref(),
+            st[2].resolve_error.as_deref()
+        ),
+        (true, Some("10.96.9.9:443"), Some("last lookup: timed out"))
+    );
+    assert_eq!(mqtt.resolved_address, None);
+    assert_eq!(not_listening, ["collector (reverse, failed)"]);
+    // An entry the pod does not serve yet (a pod made before it was added).
+    let mut a2 = a.clone();
+    a2.forwards.retain(|f| f.name != "mock");
+    let (st, not_listening) = status(&d, &resolved, Some(&a2));
     assert_eq!(st[2].listener, "absent");
     assert_eq!(
         not_listening,
