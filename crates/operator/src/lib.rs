@@ -1,12 +1,13 @@
 //! edgelink-operator's library: the custom resources (`crd`), the objects
 //! made from a Device (`render`), the checks the schema cannot make
-//! (`validate`) and the device health derived from edgelinkd's reports
-//! (`report`). The binary (src/main.rs and src/run/) adds the controller,
+//! (`validate`), the device health derived from edgelinkd's reports
+//! (`report`), and the cluster Services a device may call (`reverse`). The binary (src/main.rs and src/run/) adds the controller,
 //! leader election and the HTTP endpoints.
 
 pub mod crd;
 pub mod render;
 pub mod report;
+pub mod reverse;
 pub mod validate;
 
 #[cfg(test)]

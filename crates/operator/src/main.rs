@@ -67,6 +67,22 @@ fn label_arg(s: &str) -> Result<String, String> {
     }
 }
 
+/// A DNS name (`cluster.local`).
+fn domain_arg(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+        });
+    if ok {
+        Ok(s.trim_end_matches('.').to_string())
+    } else {
+        Err(format!("{s:?} is not a DNS domain"))
+    }
+}
+
 #[derive(Parser)]
 struct RunArgs {
     /// /healthz, /readyz, /metrics and the webhook (POST /v1/status).
@@ -105,6 +121,10 @@ struct RunArgs {
     /// turns Unknown. Keep it above 2 x edgelinkd's --status-webhook-interval.
     #[arg(long, default_value = "35", value_parser = secs)]
     report_stale_after: Duration,
+    /// The cluster's DNS domain: a headless Service a Device's reverse
+    /// entry names is rendered as <name>.<namespace>.svc.<this>.
+    #[arg(long, env = "EDGELINK_CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = domain_arg)]
+    cluster_domain: String,
     /// error, warn, info, debug or trace.
     #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
@@ -227,6 +247,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         resync: args.resync,
         stale_after: args.report_stale_after,
         started: Instant::now(),
+        cluster_domain: args.cluster_domain.clone(),
     });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run::controller::run(
@@ -318,10 +339,12 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(label(&a.edge_node_label), None);
+        assert_eq!(a.cluster_domain, "cluster.local");
         for bad in [
             &["--edge-node-label", "=x"][..],
             &["--resync", "0"],
             &["--listen", "nowhere"],
+            &["--cluster-domain", "a..b"],
         ] {
             let mut argv = vec!["edgelink-operator", "run"];
             argv.extend_from_slice(bad);

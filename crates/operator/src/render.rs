@@ -6,6 +6,7 @@
 use crate::crd::{
     Device, EdgeNetwork, Mode, NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec,
 };
+use crate::reverse::Resolved;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement,
@@ -133,8 +134,10 @@ fn host_cidr(address: &str) -> String {
 /// The CNI configuration of `d`'s NAD, for the proxy pod on `node`: the
 /// network's interface settings, only `node`'s ranges (IPv4 and IPv6
 /// apart, one range set each), the forwards of `d.spec.ports`, and the
-/// device's address as the only allowed target.
-pub fn cni_config(d: &Device, net: &EdgeNetwork, node: &str) -> Value {
+/// device's address as the only allowed target; and the reverse entries
+/// of `d.spec.reverse` whose target is resolved (`reverse`; the key is
+/// left out when none is, so a Device without any keeps its config).
+pub fn cni_config(d: &Device, net: &EdgeNetwork, node: &str, reverse: &[Resolved]) -> Value {
     let s = &net.spec;
     let cni_name = s
         .cni_name
@@ -240,6 +243,13 @@ pub fn cni_config(d: &Device, net: &EdgeNetwork, node: &str) -> Value {
         .collect();
     o.insert("forwards".into(), Value::Array(forwards));
     o.insert("allowedTargets".into(), json!([host_cidr(&d.spec.address)]));
+    let reverse = crate::reverse::plugin_entries(d, reverse);
+    if !reverse.is_empty() {
+        o.insert("reverse".into(), Value::Array(reverse));
+    }
+    if d.spec.allow_foreign_sources == Some(true) {
+        o.insert("allowForeignSources".into(), json!(true));
+    }
     c
 }
 
@@ -249,8 +259,16 @@ pub fn config_hash(config: &str) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn render(d: &Device, net: &EdgeNetwork, node: &str, settings: &ProxyPodSettings) -> Rendered {
-    let config = serde_json::to_string_pretty(&cni_config(d, net, node)).expect("JSON serialises");
+/// `reverse`: the targets of `d`'s reverse entries (`crate::reverse::resolve`).
+pub fn render(
+    d: &Device,
+    net: &EdgeNetwork,
+    node: &str,
+    settings: &ProxyPodSettings,
+    reverse: &[Resolved],
+) -> Rendered {
+    let config =
+        serde_json::to_string_pretty(&cni_config(d, net, node, reverse)).expect("JSON serialises");
     let hash = config_hash(&config);
     let nad = NetworkAttachmentDefinition {
         metadata: meta(d),
@@ -388,6 +406,8 @@ fn statefulset(d: &Device, node: &str, hash: &str, settings: &ProxyPodSettings) 
     }
 }
 
+/// One port per `d.spec.ports` entry; reverse entries are for devices on
+/// the segment only and never get one.
 fn service(d: &Device) -> Service {
     let (name, _) = name_ns(d);
     let ports = d
@@ -436,6 +456,7 @@ mod tests {
             &network(),
             "kedge1",
             &ProxyPodSettings::default(),
+            &[],
         );
         let c: Value = serde_json::from_str(&r.nad.spec.config).unwrap();
         assert_eq!(c["name"], "plant-floor");
@@ -476,7 +497,7 @@ mod tests {
         api.path = Some(ForwardPath::Relay);
         d.spec.ports[1].path = Some(ForwardPath::Kernel);
         d.spec.ports[2].proxy_protocol = Some(ProxyProtocol::V1);
-        let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default());
+        let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default(), &[]);
         let c: Value = serde_json::from_str(&r.nad.spec.config).unwrap();
         assert_eq!(
             c["forwards"],
@@ -497,7 +518,8 @@ mod tests {
                     &device(),
                     &network(),
                     "kedge1",
-                    &ProxyPodSettings::default()
+                    &ProxyPodSettings::default(),
+                    &[]
                 )
                 .nad
                 .spec
@@ -509,7 +531,7 @@ mod tests {
     #[test]
     fn every_object_is_owned_by_the_device_and_labelled() {
         let d = device();
-        let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default());
+        let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default(), &[]);
         for m in [
             &r.nad.metadata,
             &r.statefulset.metadata,
@@ -537,6 +559,7 @@ mod tests {
             &network(),
             "kedge1",
             &ProxyPodSettings::default(),
+            &[],
         );
         let s = r.statefulset.spec.unwrap();
         assert_eq!(s.replicas, Some(1));
@@ -599,7 +622,7 @@ mod tests {
             .ports
             .retain(|p| p.protocol == crate::crd::Protocol::Udp);
         d.spec.ports[0].target_port = Some(5001);
-        let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default());
+        let r = render(&d, &network(), "kedge1", &ProxyPodSettings::default(), &[]);
         assert!(r
             .statefulset
             .spec
@@ -619,7 +642,7 @@ mod tests {
     fn the_probe_prefers_a_relayed_tcp_port_to_a_kernel_path_one() {
         use crate::crd::ForwardPath;
         let probe_port = |d: &Device| {
-            render(d, &network(), "kedge1", &ProxyPodSettings::default())
+            render(d, &network(), "kedge1", &ProxyPodSettings::default(), &[])
                 .statefulset
                 .spec
                 .unwrap()
@@ -645,6 +668,7 @@ mod tests {
             &network(),
             "kedge1",
             &ProxyPodSettings::default(),
+            &[],
         );
         let s = r.service.spec.unwrap();
         assert_eq!(s.selector.unwrap()[DEVICE_LABEL], "device01-01");
@@ -694,10 +718,10 @@ mod tests {
     #[test]
     fn a_port_edit_changes_the_config_hash_and_so_replaces_the_pod() {
         let n = network();
-        let a = render(&device(), &n, "kedge1", &ProxyPodSettings::default());
+        let a = render(&device(), &n, "kedge1", &ProxyPodSettings::default(), &[]);
         let mut d = device();
         d.spec.ports[0].port = 8081;
-        let b = render(&d, &n, "kedge1", &ProxyPodSettings::default());
+        let b = render(&d, &n, "kedge1", &ProxyPodSettings::default(), &[]);
         let hash = |r: &Rendered| {
             r.statefulset
                 .spec
@@ -717,7 +741,8 @@ mod tests {
                 &device(),
                 &n,
                 "kedge1",
-                &ProxyPodSettings::default()
+                &ProxyPodSettings::default(),
+                &[]
             ))
         );
     }

@@ -5,7 +5,8 @@
 //! unknown fields are ignored and missing ones take defaults, so either
 //! side may be upgraded first.
 
-use crate::crd::{Device, PortStatus, Protocol};
+use crate::crd::{Device, PortStatus, Protocol, ReverseStatus};
+use crate::reverse::Resolved;
 use serde::Deserialize;
 use std::time::{Duration, SystemTime};
 
@@ -42,6 +43,9 @@ pub struct ReportInterface {
 #[serde(rename_all = "camelCase", default)]
 pub struct ReportForward {
     pub name: String,
+    /// `reverse` for a reverse forward (devices calling the cluster);
+    /// empty or `forward` otherwise.
+    pub direction: String,
     pub protocol: String,
     pub port: u32,
     pub listener: String,
@@ -52,6 +56,17 @@ pub struct ReportForward {
     pub udp_sessions_total: u64,
     pub last_error: Option<String>,
     pub reachability: ReportReachability,
+    /// A reverse forward whose target is a name: how it resolves now.
+    pub resolved: Option<ReportResolved>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportResolved {
+    /// The address new connections go to.
+    pub address: Option<String>,
+    /// Why the last lookup failed.
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -91,6 +106,8 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Health {
     pub ports: Vec<PortStatus>,
+    /// Per reverse entry (`crate::reverse::status`).
+    pub reverse: Vec<ReverseStatus>,
     /// net1's address (without its prefix length).
     pub segment_address: Option<String>,
     pub reachable: Verdict,
@@ -152,8 +169,10 @@ pub fn attachment<'a>(report: &'a NodeReport, ns: &str, pod: &str) -> Option<&'a
 
 /// `stale_after`: a report older than this says nothing any more (the
 /// node's edgelinkd posts at least every `--status-webhook-interval`).
+/// `resolved`: the targets of `d`'s reverse entries, as rendered.
 pub fn health(
     d: &Device,
+    resolved: &[Resolved],
     node: &str,
     pod: &str,
     received: Option<&Received>,
@@ -162,6 +181,7 @@ pub fn health(
 ) -> Health {
     let unknown = |reason: &'static str, message: String| Health {
         ports: Vec::new(),
+        reverse: crate::reverse::status(d, resolved, None).0,
         segment_address: None,
         reachable: Verdict::new("Unknown", reason, message),
         listening: None,
@@ -201,11 +221,11 @@ pub fn health(
     let mut not_listening = Vec::new();
     let (mut reachable, mut unreachable) = (Vec::new(), Vec::new());
     for p in &d.spec.ports {
-        let Some(f) = a
-            .forwards
-            .iter()
-            .find(|f| f.name == p.name && f.protocol.eq_ignore_ascii_case(p.protocol.as_str()))
-        else {
+        let Some(f) = a.forwards.iter().find(|f| {
+            f.direction != "reverse"
+                && f.name == p.name
+                && f.protocol.eq_ignore_ascii_case(p.protocol.as_str())
+        }) else {
             // The pod's forwards come from the NAD at ADD: a port added
             // since is there once the replaced pod is.
             not_listening.push(format!("{} (not in the proxy pod's forwards yet)", p.name));
@@ -259,6 +279,8 @@ pub fn health(
             last_error: f.last_error.clone(),
         });
     }
+    let (reverse, reverse_not_listening) = crate::reverse::status(d, resolved, Some(a));
+    not_listening.extend(reverse_not_listening);
     let reachable_verdict = if !unreachable.is_empty() {
         Verdict::new("False", "Unreachable", unreachable.join("; "))
     } else if !reachable.is_empty() {
@@ -288,6 +310,7 @@ pub fn health(
     };
     Health {
         ports,
+        reverse,
         segment_address,
         reachable: reachable_verdict,
         listening: Some(if not_listening.is_empty() {
@@ -339,6 +362,7 @@ mod tests {
         let now = SystemTime::now();
         let h = health(
             &device(),
+            &[],
             "kedge1",
             "device01-01-0",
             Some(&got(report("reachable", None), now)),
@@ -367,6 +391,7 @@ mod tests {
         let now = SystemTime::now();
         let h = health(
             &device(),
+            &[],
             "kedge1",
             "device01-01-0",
             Some(&got(report("unreachable", Some("No route to host")), now)),
@@ -392,20 +417,20 @@ mod tests {
         let d = device();
         let stale = Duration::from_secs(35);
         assert_eq!(
-            health(&d, "kedge1", "device01-01-0", None, now, stale)
+            health(&d, &[], "kedge1", "device01-01-0", None, now, stale)
                 .reachable
                 .reason,
             "NoReport"
         );
         let old = got(report("reachable", None), now - Duration::from_secs(60));
         assert_eq!(
-            health(&d, "kedge1", "device01-01-0", Some(&old), now, stale)
+            health(&d, &[], "kedge1", "device01-01-0", Some(&old), now, stale)
                 .reachable
                 .reason,
             "ReportStale"
         );
         let fresh = got(report("reachable", None), now);
-        let h = health(&d, "kedge1", "other-0", Some(&fresh), now, stale);
+        let h = health(&d, &[], "kedge1", "other-0", Some(&fresh), now, stale);
         assert_eq!(
             (h.reachable.status, h.reachable.reason),
             ("Unknown", "ProxyNotServed")
@@ -453,6 +478,7 @@ mod tests {
         d.spec.ports[0].name = "api2".into();
         let h = health(
             &d,
+            &[],
             "kedge1",
             "device01-01-0",
             Some(&got(report("reachable", None), now)),

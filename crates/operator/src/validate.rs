@@ -2,7 +2,8 @@
 //! does before it makes anything: cross-field rules, the Device's name as
 //! a Service name, the network's ranges on the device's node, the device's
 //! address against them, the relay-only port keys against the port's
-//! protocol and path. A failed check is reported in the Device's status
+//! protocol and path, the reverse entries (`crate::reverse`'s checks).
+//! A failed check is reported in the Device's status
 //! (`Reconciled` False, reason `InvalidSpec` or `InvalidNetwork`) and
 //! nothing is applied.
 
@@ -99,6 +100,7 @@ pub fn device(d: &Device) -> Result<(), Invalid> {
     if d.spec.ports.is_empty() {
         p.push("spec.ports: at least one port is required".into());
     }
+    crate::reverse::check_spec(d, &mut p);
     finish(p)
 }
 
@@ -336,6 +338,20 @@ pub fn placement(d: &Device, n: &EdgeNetwork, node: &str) -> Result<(), Invalid>
             ));
         }
     }
+    finish(p)
+}
+
+/// The reverse entries on `node`'s segment, their targets resolved: no
+/// target inside the segment (a loop), no `allowedSources` outside it
+/// unless `spec.allowForeignSources`.
+pub fn reverse_placement(
+    d: &Device,
+    n: &EdgeNetwork,
+    node: &str,
+    resolved: &[crate::reverse::Resolved],
+) -> Result<(), Invalid> {
+    let mut p = Vec::new();
+    crate::reverse::check_placement(d, n, node, resolved, &mut p);
     finish(p)
 }
 

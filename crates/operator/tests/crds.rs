@@ -75,6 +75,35 @@ fn the_device_schema_carries_the_plugins_rules() {
         spec["properties"]["ports"]["x-kubernetes-list-map-keys"],
         serde_json::json!(["name"])
     );
+    // Reverse entries: the plugin's name rule, one of service and target,
+    // tcp by default, keyed by name; the Service's port by number or name.
+    let rev = &spec["properties"]["reverse"];
+    assert_eq!(
+        rev["x-kubernetes-list-map-keys"],
+        serde_json::json!(["name"])
+    );
+    let rev = &rev["items"];
+    assert_eq!(rev["properties"]["name"]["maxLength"], 15);
+    assert_eq!(
+        rev["properties"]["name"]["pattern"],
+        port["properties"]["name"]["pattern"]
+    );
+    assert_eq!(
+        rev["oneOf"],
+        serde_json::json!([{"required": ["service"]}, {"required": ["target"]}])
+    );
+    assert_eq!(rev["properties"]["protocol"]["default"], "tcp");
+    assert_eq!(rev["required"], serde_json::json!(["name", "port"]));
+    assert_eq!(rev["properties"]["port"]["maximum"], 65535.0);
+    assert_eq!(
+        rev["properties"]["service"]["properties"]["port"]["x-kubernetes-int-or-string"],
+        true
+    );
+    assert_eq!(
+        rev["properties"]["allowedSources"]["items"]["format"],
+        "cidr"
+    );
+    assert_eq!(spec["properties"]["allowForeignSources"]["type"], "boolean");
     // No CEL (x-kubernetes-validations): Kubernetes 1.20 is the floor.
     assert!(!crd.to_string().contains("x-kubernetes-validations"));
     // An enum with null in it is refused by the apiserver (schemars writes

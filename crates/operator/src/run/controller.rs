@@ -1,37 +1,39 @@
 //! The Device controller. For each Device:
 //!
-//! 1. check it (`validate`) and find its EdgeNetwork and its node;
+//! 1. check it (`validate`) and find its EdgeNetwork, its node and the
+//!    Services its reverse entries name (steps 1 and 2: `run::make`);
 //! 2. apply its NetworkAttachmentDefinition, StatefulSet and Service
 //!    (server-side apply, field manager `edgelink-operator`, owner
 //!    reference to the Device), unless an object of that name exists that
 //!    this Device does not own: then nothing is applied and the conflict
 //!    is reported;
 //! 3. write its status: conditions `Reconciled`, `Ready`,
-//!    `DeviceReachable`, the proxy pod, its node and segment address, and
-//!    per port what the node's edgelinkd last reported.
+//!    `DeviceReachable` (and `ReverseResolved` when it has reverse
+//!    entries), the proxy pod, its node and segment address, and per port
+//!    and reverse entry what the node's edgelinkd last reported.
 //!
 //! Deleting a Device deletes its objects through their owner references
 //! (the garbage collector). Every Device is reconciled again each
 //! `--resync`, on any change of it or its objects, of its proxy pod, of
-//! its EdgeNetwork, and when its node's report changes its proxy's states.
+//! its EdgeNetwork, of a Service its reverse entries name, and when its
+//! node's report changes its proxy's states.
 
+use crate::run::make::{make, Made};
 use crate::run::metrics::{Metrics, Outcome, Reason};
 use crate::run::reports::Reports;
 use edgelink_operator::crd::{Device, DeviceStatus, EdgeNetwork, NetworkAttachmentDefinition};
 use edgelink_operator::render::{self, ProxyPodSettings, DEVICE_LABEL, MANAGER};
 use edgelink_operator::report::{self, Verdict};
-use edgelink_operator::validate;
+use edgelink_operator::reverse::Resolved;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use std::fmt::Debug;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -47,7 +49,7 @@ pub enum Error {
     },
 }
 
-fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+pub(crate) fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let what = what.into();
     move |source| Error::Kube { what, source }
 }
@@ -64,200 +66,9 @@ pub struct Ctx {
     /// Reports may not have arrived yet this soon after taking the lead:
     /// keep the DeviceReachable the Device has.
     pub started: Instant,
-}
-
-/// Why the objects were not applied.
-struct NotApplied {
-    reason: &'static str,
-    message: String,
-    outcome: &'static str,
-}
-
-fn not_applied(
-    reason: &'static str,
-    outcome: &'static str,
-    message: impl Into<String>,
-) -> NotApplied {
-    NotApplied {
-        reason,
-        outcome,
-        message: message.into(),
-    }
-}
-
-/// Find the node: `nodeName`, or the one node `nodeSelector` selects.
-async fn resolve_node(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    if let Some(n) = &d.spec.node_name {
-        return Ok(
-            match nodes
-                .get_opt(n)
-                .await
-                .map_err(kube_err(format!("get node {n}")))?
-            {
-                Some(_) => Ok(n.clone()),
-                None => Err(not_applied(
-                    "NodeNotFound",
-                    "invalid",
-                    format!("node {n} does not exist"),
-                )),
-            },
-        );
-    }
-    let sel = d.spec.node_selector.clone().unwrap_or_default();
-    let expr = sel
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let list = nodes
-        .list(&ListParams::default().labels(&expr))
-        .await
-        .map_err(kube_err(format!("list nodes {expr}")))?;
-    let names: Vec<String> = list.items.iter().map(|n| n.name_any()).collect();
-    Ok(match names.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(not_applied(
-            "NoNodeSelected",
-            "invalid",
-            format!("nodeSelector {expr} selects no node"),
-        )),
-        many => Err(not_applied(
-            "NodeSelectorAmbiguous",
-            "invalid",
-            format!(
-                "nodeSelector {expr} selects {} nodes ({}): it must select one",
-                many.len(),
-                many.join(", ")
-            ),
-        )),
-    })
-}
-
-/// The owner that controls `meta`, if it is `d`.
-fn owned_by(meta: &kube::api::ObjectMeta, d: &Device) -> bool {
-    let uid = d.metadata.uid.as_deref();
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
-}
-
-/// `None` when `name` is free or ours; else who holds it.
-async fn conflict<K>(
-    api: &Api<K>,
-    kind: &str,
-    name: &str,
-    ns: &str,
-    d: &Device,
-) -> Result<Option<String>, Error>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    let found = api
-        .get_opt(name)
-        .await
-        .map_err(kube_err(format!("get {kind} {ns}/{name}")))?;
-    Ok(found.and_then(|o| {
-        if owned_by(o.meta(), d) {
-            return None;
-        }
-        let by = o
-            .meta()
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true))
-            .map(|r| format!("controlled by {} {}", r.kind, r.name))
-            .or_else(|| {
-                o.meta()
-                    .managed_fields
-                    .iter()
-                    .flatten()
-                    .filter_map(|m| m.manager.clone())
-                    .next()
-                    .map(|m| format!("made by {m}"))
-            })
-            .unwrap_or_else(|| "not made by this Device".into());
-        Some(format!(
-            "{kind} {ns}/{name} exists ({by}) and is left alone"
-        ))
-    }))
-}
-
-async fn apply<K>(api: &Api<K>, obj: &K, name: &str) -> Result<(), Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
-{
-    let mut v = serde_json::to_value(obj).expect("objects serialise");
-    v["apiVersion"] = K::api_version(&()).into_owned().into();
-    v["kind"] = K::kind(&()).into_owned().into();
-    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(v))
-        .await
-        .map_err(kube_err(format!("apply {} {name}", K::kind(&()))))?;
-    Ok(())
-}
-
-/// Apply the three objects, or say why not.
-async fn make(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error> {
-    let name = d.name_any();
-    let ns = d.namespace().unwrap_or_default();
-    if let Err(e) = validate::device(d) {
-        return Ok(Err(not_applied("InvalidSpec", "invalid", e.to_string())));
-    }
-    let nets: Api<EdgeNetwork> = Api::all(ctx.client.clone());
-    let Some(net) = nets
-        .get_opt(&d.spec.network)
-        .await
-        .map_err(kube_err(format!("get EdgeNetwork {}", d.spec.network)))?
-    else {
-        return Ok(Err(not_applied(
-            "NetworkNotFound",
-            "invalid",
-            format!("EdgeNetwork {} does not exist", d.spec.network),
-        )));
-    };
-    if let Err(e) = validate::network(&net) {
-        return Ok(Err(not_applied(
-            "InvalidNetwork",
-            "invalid",
-            format!("EdgeNetwork {}: {e}", d.spec.network),
-        )));
-    }
-    let node = match resolve_node(ctx, d).await? {
-        Ok(n) => n,
-        Err(na) => return Ok(Err(na)),
-    };
-    if let Err(e) = validate::placement(d, &net, &node) {
-        return Ok(Err(not_applied(
-            "InvalidPlacement",
-            "invalid",
-            e.to_string(),
-        )));
-    }
-    let r = render::render(d, &net, &node, &ctx.settings);
-    let nads: Api<NetworkAttachmentDefinition> = Api::namespaced(ctx.client.clone(), &ns);
-    let stss: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut conflicts = Vec::new();
-    conflicts.extend(conflict(&nads, "NetworkAttachmentDefinition", &name, &ns, d).await?);
-    conflicts.extend(conflict(&stss, "StatefulSet", &name, &ns, d).await?);
-    conflicts.extend(conflict(&svcs, "Service", &name, &ns, d).await?);
-    if !conflicts.is_empty() {
-        return Ok(Err(not_applied(
-            "Conflict",
-            "conflict",
-            format!(
-                "{}; nothing was applied: delete or rename it, or rename the Device",
-                conflicts.join("; ")
-            ),
-        )));
-    }
-    // The NAD first: the pod's ADD reads it.
-    apply(&nads, &r.nad, &name).await?;
-    apply(&svcs, &r.service, &name).await?;
-    apply(&stss, &r.statefulset, &name).await?;
-    Ok(Ok(node))
+    /// The cluster's DNS domain, for a headless Service a reverse entry
+    /// names.
+    pub cluster_domain: String,
 }
 
 fn cond(type_: &str, v: &Verdict, generation: Option<i64>, old: &[Condition]) -> Condition {
@@ -353,7 +164,7 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
     };
     let made = make(ctx, d).await?;
     let (reconciled, outcome, node) = match &made {
-        Ok(node) => (
+        Ok(Made { node, .. }) => (
             verdict(
                 "True",
                 "Applied",
@@ -380,9 +191,14 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
     status.pod = pod.as_ref().map(|_| pod_name.clone());
     status.segment_address = pod.as_ref().and_then(net1_from_annotation);
     let report_node = pod_node.or(node);
+    let resolved: &[Resolved] = match &made {
+        Ok(m) => &m.reverse,
+        Err(_) => &[],
+    };
     let health = report_node.as_deref().map(|n| {
         report::health(
             d,
+            resolved,
             n,
             &pod_name,
             ctx.reports.get(n).as_ref(),
@@ -452,8 +268,12 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
             format!("pod {ns}/{pod_name} is ready"),
         ),
     };
+    if made.is_ok() {
+        status.reverse = edgelink_operator::reverse::status(d, resolved, None).0;
+    }
     if let Some(h) = health.filter(|h| h.listening.is_some()) {
         status.ports = h.ports;
+        status.reverse = h.reverse;
         if h.segment_address.is_some() {
             status.segment_address = h.segment_address;
         }
@@ -471,6 +291,19 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         cond("Ready", &ready, gen, &old.conditions),
         cond("DeviceReachable", &reachable, gen, &old.conditions),
     ];
+    if !d.spec.reverse.is_empty() {
+        let v = match &made {
+            Ok(m) => edgelink_operator::reverse::verdict(&m.reverse),
+            Err(_) => verdict(
+                "Unknown",
+                "NotApplied",
+                "the Device's objects are not applied (see Reconciled)",
+            ),
+        };
+        status
+            .conditions
+            .push(cond("ReverseResolved", &v, gen, &old.conditions));
+    }
     if status != old {
         let devices: Api<Device> = Api::namespaced(ctx.client.clone(), &ns);
         let body = serde_json::json!({
@@ -553,6 +386,14 @@ pub async fn run(
                         .map(|d| ObjectRef::from_obj(&*d))
                         .collect::<Vec<_>>()
                 }
+            },
+        )
+        .watches(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
+            {
+                let store = store.clone();
+                move |s: Service| crate::run::services::devices_naming(&s, store.state())
             },
         )
         .reconcile_on(tokio_stream_from(triggers))

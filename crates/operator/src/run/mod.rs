@@ -1,8 +1,11 @@
 //! The running operator (only the binary uses these): the controller, the
-//! reports edgelinkd posts, leader election and the HTTP endpoint.
+//! reports edgelinkd posts, leader election, the HTTP endpoint and the
+//! Services reverse entries name.
 
 pub mod controller;
 pub mod leader;
+pub mod make;
 pub mod metrics;
 pub mod reports;
 pub mod server;
+pub mod services;

@@ -16,6 +16,9 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod reverse;
+pub use reverse::{DeviceReverse, ReverseStatus, ServiceRef, MAX_IDLE_TIMEOUT_MS};
+
 /// IPv4 or IPv6 CIDR (`format: cidr` is validated by the apiserver too).
 pub const CIDR_PATTERN: &str = r"^[0-9a-fA-F:.]+/[0-9]{1,3}$";
 
@@ -38,7 +41,7 @@ fn macvlan_mode_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// As [`macvlan_mode_schema`]: no `null` in the enum.
-fn proxy_protocol_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn proxy_protocol_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "string",
         "description": "PROXY protocol version: v1 or v2.",
@@ -63,7 +66,7 @@ fn cidr_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
         "items": {"type": "string", "format": "cidr", "pattern": CIDR_PATTERN}
@@ -147,13 +150,37 @@ pub struct DeviceSpec {
     #[schemars(length(min = 1, max = 64))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub ports: Vec<DevicePort>,
+    /// Cluster Services (or `host:port` targets) the device may call: the
+    /// proxy pod listens on its segment address (net1) for each and
+    /// relays to the target through the cluster network. Never part of
+    /// the Device's Service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub reverse: Vec<DeviceReverse>,
+    /// Let `reverse[].allowedSources` lie outside the segment's subnets
+    /// (plugin `allowForeignSources`; default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_foreign_sources: Option<bool>,
 }
 
 #[derive(
-    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+    Deserialize,
+    Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
+    #[default]
     Tcp,
     Udp,
 }
@@ -303,6 +330,10 @@ pub struct DeviceStatus {
     /// Per port, from edgelinkd's last report.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PortStatus>,
+    /// Per reverse entry: the target rendered into the NAD and, from
+    /// edgelinkd's last report, its listener and counters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reverse: Vec<ReverseStatus>,
     /// When edgelinkd on the node last reported (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_at: Option<String>,
