@@ -306,7 +306,24 @@ fn sources_outside_allowed_sources_and_the_cluster_side_are_refused_and_counted(
 
 #[test]
 fn a_device_reaches_nothing_else_through_the_pod() {
-    let l = reverse_lab(mqtt_and_stats(), |_| {});
+    let mut l = DLab::with(Opts {
+        add: false,
+        ..Default::default()
+    });
+    // As on a node that forwards (a new netns copies the node's IPv4
+    // forwarding): the pod would route for anyone.
+    let out = l.pod.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    assert!(out.status.success(), "{out:?}");
+    l.conf["reverse"] = mqtt_and_stats();
+    l.add();
+    l.wait_serving();
+    // ADD turned off forwarding of what arrives on net1, only.
+    let sysctl = |key: &str| {
+        let out = l.pod.exec(&["sysctl", "-n", key]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(sysctl("net.ipv4.conf.net1.forwarding"), "0");
+    assert_eq!(sysctl("net.ipv4.conf.eth0.forwarding"), "1");
     let cluster = Arc::new(Cluster::default());
     tcp_service(&l, svc(MQTT), "broker", cluster.clone());
     // More services in the cluster, and the node's own address.
@@ -315,10 +332,14 @@ fn a_device_reaches_nothing_else_through_the_pod() {
     let node_addr: SocketAddr = format!("{NODE_IP}:10250").parse().unwrap();
     tcp_service(&l, node_addr, "kubelet", cluster.clone());
     tcp_service(&l, svc(6443), "apiserver", cluster.clone());
-    // The device tries the pod as a router into the cluster.
+    // The device tries the pod as a router into the cluster; the worst
+    // case: the cluster routes the segment back through the pod, so
+    // replies would come back.
     l.lab
         .device
         .ip(&["route", "add", "10.244.1.0/24", "via", &l.net1_ip()]);
+    l.client
+        .ip(&["route", "add", "172.31.250.0/24", "via", POD_IP]);
 
     // A port not declared on net1: nothing listens.
     let e = device_connect(&l, DEVICE_V4, net1(&l, MQTT + 1)).unwrap_err();

@@ -148,6 +148,16 @@ fn add(
         pod.ensure_route(&spec)
             .ctx(|| format!("add route {} via {:?} in the pod", r.dst, r.gw))?;
     }
+    // The pod must not route for the segment: a device that takes the
+    // pod's net1 address as its gateway would reach the whole cluster (a
+    // new netns copies the node's IPv4 forwarding, often on). Forwarding of
+    // what arrives on net1 is turned off, unless a forward takes the
+    // kernel path, which routes its replies and whose table drops every
+    // flow it did not DNAT itself. (IPv6 forwarding starts off in a new
+    // netns and is left alone.)
+    if !cfg.forwards.iter().any(|f| !f.path.is_relay()) {
+        pod_ns.run(|| crate::sysctl::ensure_ipv4_conf(&env.ifname, "forwarding", "0"))??;
+    }
     if let Mode::Bridge(b) = &cfg.mode {
         if b.is_gateway {
             let gws: Vec<IpNetwork> = assigned
