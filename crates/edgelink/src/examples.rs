@@ -250,7 +250,7 @@ fn the_operators_nad_of_the_example_device_is_a_valid_config() {
     let net: EdgeNetwork =
         serde_norway::from_str(&read("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
     for node in ["kedge1", "kedge2"] {
-        let mut conf = edgelink_operator::render::cni_config(&device, &net, node);
+        let mut conf = edgelink_operator::render::cni_config(&device, &net, node, &[]);
         conf["ipam"]["nodeName"] = Value::String(node.into());
         let parsed = NetConf::parse(conf.to_string().as_bytes()).unwrap();
         Config::parse(parsed, &add_env())
@@ -282,11 +282,20 @@ fn device_with_every_port_key() -> edgelink_operator::crd::Device {
 fn parse_operators_nad(
     d: &edgelink_operator::crd::Device,
 ) -> Result<Config, crate::error::PluginError> {
+    parse_operators_nad_with(d, &[])
+}
+
+/// The same, with the reverse entries' targets as the controller resolved
+/// them.
+fn parse_operators_nad_with(
+    d: &edgelink_operator::crd::Device,
+    reverse: &[edgelink_operator::reverse::Resolved],
+) -> Result<Config, crate::error::PluginError> {
     use edgelink_operator::crd::EdgeNetwork;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let text = std::fs::read_to_string(root.join("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
     let net: EdgeNetwork = serde_norway::from_str(&text).unwrap();
-    let mut conf = edgelink_operator::render::cni_config(d, &net, "kedge1");
+    let mut conf = edgelink_operator::render::cni_config(d, &net, "kedge1", reverse);
     conf["ipam"]["nodeName"] = Value::String("kedge1".into());
     Config::parse(NetConf::parse(conf.to_string().as_bytes())?, &add_env())
 }
@@ -322,6 +331,53 @@ fn the_operators_nad_with_every_port_key_is_a_valid_config() {
     assert_eq!(
         (http.proxy_protocol, http.path, http.connect_timeout_ms),
         (Some(ProxyProtocol::V1), ForwardPath::Relay, 2000)
+    );
+}
+
+/// A Device's reverse entries, a Service (as the controller resolves it:
+/// its ClusterIP) and a name target, render into a NAD the plugin accepts,
+/// each entry as it was given.
+#[test]
+fn the_operators_nad_with_reverse_entries_is_a_valid_config() {
+    use edgelink_operator::crd::DeviceReverse;
+    use edgelink_operator::reverse::Resolved;
+    let mut d = device_with_every_port_key();
+    let entry = |v: serde_json::Value| -> DeviceReverse { serde_json::from_value(v).unwrap() };
+    d.spec.reverse = vec![
+        entry(serde_json::json!({"name": "mqtt", "port": 1883,
+            "service": {"name": "mqtt", "port": 1883}, "connectRetries": 1})),
+        entry(
+            serde_json::json!({"name": "mock", "protocol": "udp", "port": 9000,
+            "target": "mock.hil.svc.cluster.local:9000",
+            "allowedSources": ["172.17.16.120/32"]}),
+        ),
+    ];
+    assert_eq!(edgelink_operator::validate::device(&d), Ok(()));
+    let resolved = vec![
+        Resolved {
+            name: "mqtt".into(),
+            service: Some("hil/mqtt".into()),
+            target: Ok("10.96.4.12:1883".into()),
+        },
+        Resolved {
+            name: "mock".into(),
+            service: None,
+            target: Ok("mock.hil.svc.cluster.local:9000".into()),
+        },
+    ];
+    let cfg =
+        parse_operators_nad_with(&d, &resolved).unwrap_or_else(|e| panic!("{}", e.into_cni()));
+    let [mqtt, mock] = &cfg.reverse[..] else {
+        panic!("{:?}", cfg.reverse);
+    };
+    assert_eq!(
+        (mqtt.port, mqtt.target.to_string(), mqtt.connect_retries),
+        (1883, "10.96.4.12:1883".to_string(), Some(1))
+    );
+    assert_eq!(mock.target.to_string(), "mock.hil.svc.cluster.local:9000");
+    assert_eq!(
+        mock.allowed_sources,
+        vec!["172.17.16.120/32".parse().unwrap()]
     );
 }
 

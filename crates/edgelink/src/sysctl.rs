@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 /// Set `key` (dotted, e.g. `net.ipv4.ip_forward`) if it differs.
 pub fn ensure(key: &str, value: &str) -> Result<(), PluginError> {
-    ensure_path(PathBuf::from("/proc/sys").join(key.replace('.', "/")), value)
+    ensure_path(
+        PathBuf::from("/proc/sys").join(key.replace('.', "/")),
+        value,
+    )
 }
 
 /// Set an interface's `net.ipv4.conf.<ifname>.<key>` if it differs (the
