@@ -184,7 +184,7 @@ if out=$(ip netns exec $DEV python3 scripts/lab/echo.py publish "$NET1" 1883 "$M
     read -r _ bytes rtt <<<"$out"
     echo "device01-01 (172.17.16.120) published to $NET1:1883: \"$MSG\" (acked, rtt $rtt µs)"
 else
-    echo "device01-01 could not publish to $NET1:1883: $out"
+    echo "device01-01 could not publish to $NET1:1883: ${out##*$'\n'}"
 fi
 got=
 for _ in $(seq 50); do
