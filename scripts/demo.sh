@@ -39,8 +39,15 @@ PIDS=()
 
 down() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    pkill -f "edgelinkd run --state-dir $STATE" 2>/dev/null || true
-    pkill -f "scripts/lab/echo.py serve" 2>/dev/null || true
+    # What is left (--down after KEEP=1, a run killed halfway) is found by
+    # the lab's namespaces, never by name: other labs on the machine run
+    # the same programs (echo.py, edgelinkd).
+    local ns pids
+    for ns in "${ALL[@]}"; do
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        # shellcheck disable=SC2086 # one pid a word
+        [[ -z $pids ]] || kill $pids 2>/dev/null || true
+    done
     for ns in "${ALL[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
     rm -rf "$STATE"
 }
