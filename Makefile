@@ -108,14 +108,17 @@ lint-vagrant:
 	$(DEPS) test
 	scripts/check-vagrant.sh
 
-# The main job on the built-in netns lab. KEEP=1 leaves the lab up.
+# The main job on the built-in netns lab (forwards to a device, and a
+# reverse forward from it to a collector in the cluster). KEEP=1 leaves
+# the lab up.
 demo:
 	$(DEPS) demo
 	$(MAKE) release
 	EDGELINK_BIN=$(PLUGIN) KEEP=$(KEEP) scripts/demo.sh
 
 # Side-by-side figures: the plugin against the reference plugins, the relay
-# against socat, HAProxy and nginx.
+# against socat, HAProxy and nginx, and its reverse forwards (device to
+# cluster) against HAProxy.
 # QUICK=1 runs one short round (CI).
 bench:
 	$(DEPS) test bench

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The edge topology on one machine, edgelink attaching a proxy pod to it,
-# and a cluster client reaching the device through the pod's forwards.
+# and a cluster client reaching the device through the pod's forwards;
+# then the other way: the device publishes to a collector in the cluster
+# through the pod's reverse forward.
 #
 #   node     stands in for the edge node; uplink0 is its second NIC;
 #            edgelinkd runs here (its status on 127.0.0.1:9310 in this netns)
@@ -10,11 +12,16 @@
 #            the edgelink plugin (bridge edge0 + uplink0) with four forwards:
 #            api (relayed, at most 8 connections to the device, the rest
 #            queued), web, telemetry (UDP), and api-kernel (the pod's own
-#            kernel forwards it: nftables DNAT that edgelinkd installs)
-#   client   a pod elsewhere in the cluster (10.244.1.20)
+#            kernel forwards it: nftables DNAT that edgelinkd installs);
+#            and one reverse forward, mqtt: devices dial net1:1883 and
+#            edgelinkd relays them, as the pod, to the collector
+#   client   a pod elsewhere in the cluster (10.244.1.20); also runs the
+#            collector on :1883 (stands in for an MQTT broker: prints each
+#            line it receives and who sent it)
 #   pod-mv   a second pod with a macvlan net1, reaching the device directly
 #
-# Prints each forward, whether it worked, bytes and round-trip time, then
+# Prints each forward, whether it worked, bytes and round-trip time, what
+# the device published and what the collector received, then
 # tears everything down (also on Ctrl-C or failure). KEEP=1 leaves it up.
 # Needs root, iproute2, nftables and python3; run via `make demo`.
 set -euo pipefail
@@ -32,8 +39,15 @@ PIDS=()
 
 down() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    pkill -f "edgelinkd run --state-dir $STATE" 2>/dev/null || true
-    pkill -f "scripts/lab/echo.py serve" 2>/dev/null || true
+    # What is left (--down after KEEP=1, a run killed halfway) is found by
+    # the lab's namespaces, never by name: other labs on the machine run
+    # the same programs (echo.py, edgelinkd).
+    local ns pids
+    for ns in "${ALL[@]}"; do
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        # shellcheck disable=SC2086 # one pid a word
+        [[ -z $pids ]] || kill $pids 2>/dev/null || true
+    done
     for ns in "${ALL[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
     rm -rf "$STATE"
 }
@@ -52,6 +66,8 @@ KEEP=1: the lab is up. Try:
   ip netns exec $NODE $DAEMON status
   ip netns exec $NODE python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9310/metrics").read().decode())'
   ip netns exec $CLIENT python3 scripts/lab/echo.py http-get 10.244.1.10 8081 3
+  ip netns exec $DEV python3 scripts/lab/echo.py publish $NET1 1883 'device01-01/telemetry temperature=22.0C'
+  cat $STATE/collector.log
 Tear it down with:  scripts/demo.sh --down
 EOT
         return
@@ -100,6 +116,8 @@ ip -n $POD addr add 10.244.1.10/24 dev eth0
 ip -n $CLIENT addr add 10.244.1.20/24 dev eth0
 ip -n $POD link set eth0 up
 ip -n $CLIENT link set eth0 up
+# The cluster service the device calls: a collector on the client pod.
+ip netns exec $CLIENT python3 scripts/lab/echo.py serve-collect 10.244.1.20 1883 > "$STATE/collector.log" & PIDS+=($!)
 
 say "edgelinkd starts in the node namespace"
 ip netns exec $NODE "$DAEMON" run --state-dir "$STATE" --status-addr 127.0.0.1:9310 \
@@ -118,7 +136,9 @@ cat > "$STATE/plant-floor.json" <<JSON
    {"name": "web",       "protocol": "tcp", "port": 8081, "target": "172.17.16.120:80"},
    {"name": "telemetry", "protocol": "udp", "port": 5000, "target": "172.17.16.120:5000"},
    {"name": "api-kernel", "protocol": "tcp", "port": 9080, "target": "172.17.16.120:8080",
-    "path": "kernel"}]}
+    "path": "kernel"}],
+ "reverse": [
+   {"name": "mqtt",      "protocol": "tcp", "port": 1883, "target": "10.244.1.20:1883"}]}
 JSON
 cat > "$STATE/plant-floor-mv.json" <<JSON
 {"cniVersion": "1.0.0", "name": "plant-floor-mv", "type": "edgelink",
@@ -129,6 +149,7 @@ JSON
 
 say "ADD: the proxy pod gets net1 (bridge mode), pod-mv gets net1 (macvlan)"
 t0=$(date +%s%N); cni ADD proxy-0 $POD "$STATE/plant-floor.json" > "$STATE/proxy-0.result"; t1=$(date +%s%N)
+NET1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ips"][0]["address"].split("/")[0])' "$STATE/proxy-0.result")
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("proxy-0 net1:", r["ips"][0]["address"], "interfaces:", [i["name"] for i in r["interfaces"]])' "$STATE/proxy-0.result"
 echo "ADD took $(( (t1 - t0) / 1000 )) µs (including ip netns exec)"
 cni ADD pod-mv $PODMV "$STATE/plant-floor-mv.json" > /dev/null
@@ -161,10 +182,45 @@ read -r _ bytes rtt <<<"$out"
 summary+=("$(printf '%-10s %-4s pod-mv direct over macvlan net1 -> 172.17.16.120:8080  OK  %d bytes  rtt %d µs' direct tcp "$bytes" "$rtt")")
 printf '%s\n' "${summary[@]}"
 
+say "the other way: device01-01 publishes to the collector (10.244.1.20:1883) through the pod's reverse forward"
+# The device has no route into the cluster: it dials the pod's net1
+# address, and edgelinkd connects to the collector from inside the pod, as
+# the pod (the collector sees 10.244.1.10).
+MSG="device01-01/telemetry temperature=21.5C seq=$RANDOM"
+if out=$(ip netns exec $DEV python3 scripts/lab/echo.py publish "$NET1" 1883 "$MSG" 2>&1); then
+    read -r _ bytes rtt <<<"$out"
+    echo "device01-01 (172.17.16.120) published to $NET1:1883: \"$MSG\" (acked, rtt $rtt µs)"
+else
+    echo "device01-01 could not publish to $NET1:1883: ${out##*$'\n'}"
+fi
+got=
+for _ in $(seq 50); do
+    got=$(grep -F -- "$MSG" "$STATE/collector.log" || true)
+    [[ -n $got ]] && break
+    sleep 0.1
+done
+if [[ -n $got ]]; then
+    echo "collector 10.244.1.20:1883 received $got"
+    summary+=("$(printf '%-10s %-4s %s -> %-18s OK    %8d bytes  rtt %5d µs  (reverse: device01-01 -> collector)' mqtt tcp "$NET1" 10.244.1.20:1883 "$bytes" "$rtt")")
+else
+    echo "collector 10.244.1.20:1883 received nothing; its log:"; cat "$STATE/collector.log"
+    summary+=("$(printf '%-10s %-4s %s -> %-18s FAIL  the line did not arrive (reverse: device01-01 -> collector)' mqtt tcp "$NET1" 10.244.1.20:1883)")
+    FAILED=1
+fi
+# Nothing else of the cluster is reachable from the segment.
+if out=$(ip netns exec $DEV timeout 5 python3 scripts/lab/echo.py publish 10.244.1.20 1883 "$MSG" 2>&1); then
+    echo "device01-01 reached 10.244.1.20:1883 directly: it should not ($out)"
+    FAILED=1
+else
+    echo "device01-01 -> 10.244.1.20:1883 directly: refused (${out##*: }): only the pod's reverse port leads into the cluster"
+fi
+
 # The kernel path's counters are read from nft every 0.5 s here.
 sleep 0.6
 say "edgelinkd status (also: /status as JSON, /metrics, /healthz on 127.0.0.1:9310 in $NODE)"
-ip netns exec $NODE "$DAEMON" status --status-addr 127.0.0.1:9310
+st=$(ip netns exec $NODE "$DAEMON" status --status-addr 127.0.0.1:9310)
+echo "$st"
+grep -q 'mqtt/tcp (reverse)' <<<"$st" || { echo "demo: the status does not list the reverse forward mqtt/tcp" >&2; FAILED=1; }
 get /metrics | grep -E '^edgelink_(bytes_to_target|connections)_total' | head -6
 
 if [[ -n $KEEP ]]; then [[ $FAILED == 0 ]]; exit; fi

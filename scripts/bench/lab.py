@@ -276,19 +276,21 @@ class Lab:
         sh("ip", "-n", CLIENT, "addr", "add", CLIENT_KIP + "/24", "dev", "eth1")
         sh("ip", "-n", KPOD, "link", "set", "eth0", "up")
         sh("ip", "-n", CLIENT, "link", "set", "eth1", "up")
-        for ns in (CLIENT, POD, KPOD):
+        # DEV: the client of the reverse direction (reverse.py).
+        for ns in (CLIENT, POD, KPOD, DEV):
             sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
 
-    def attach(self, forwards):
+    def attach(self, forwards, reverse=()):
         """edgelinkd in the node netns, then a real plugin ADD of net1 (bridge
-        mode) in POD with the forwards; returns net1's address."""
+        mode) in POD with the forwards and the reverse forwards; returns
+        net1's address (also self.net1)."""
         self.daemon = self.procs.start("edgelinkd", NODE, [
             DAEMON, "run", "--state-dir", self.state, "--status-addr", "127.0.0.1:9310",
             "--log-level", "warn", "--probe-interval", "0"] + os.environ.get("EDGELINKD_ARGS", "").split())
         sock = os.path.join(self.state, "edgelinkd.sock")
         wait_for("edgelinkd's control socket", lambda: os.path.exists(sock), self.daemon, self.procs)
-        net1 = self._add(POD, "relay-bench", "proxy-0", forwards)
-        self.forwards = forwards
+        net1 = self._add(POD, "relay-bench", "proxy-0", forwards, list(reverse))
+        self.forwards, self.net1 = forwards, net1
         # The direct routed path: client -> pod (forwarding) -> net1 -> device.
         sh("ip", "netns", "exec", POD, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         sh("ip", "-n", CLIENT, "route", "add", "172.17.16.0/24", "via", POD_IP)
@@ -302,12 +304,14 @@ class Lab:
         no route back: the table masquerades to net1's address."""
         return self._add(KPOD, "relay-bench-kernel", "proxy-1", forwards)
 
-    def _add(self, ns, container, pod, forwards):
+    def _add(self, ns, container, pod, forwards, reverse=None):
         conf = {"cniVersion": "1.0.0", "name": "relay-bench", "type": "edgelink", "mode": "bridge",
                 "bridge": "edge0", "uplink": "uplink0", "stateDir": self.state,
                 "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.200",
                                       "rangeEnd": "172.17.16.250"}]], "nodeName": "bench"},
                 "forwards": forwards}
+        if reverse:
+            conf["reverse"] = reverse
         env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": container, "CNI_IFNAME": "net1",
                "CNI_NETNS": "/var/run/netns/" + ns, "CNI_PATH": "/usr/lib/cni",
                "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + pod,

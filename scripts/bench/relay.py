@@ -24,6 +24,11 @@ second plugin ADD on the same bridge): the same links and hops as direct.
 It has a pod of its own because its table's forward chain drops whatever
 it did not DNAT, which in the first pod would drop direct's routed packets.
 
+The reverse direction (reverse.py): the device calls services in the
+client netns (the cluster) through net1, edgelinkd's reverse forwards
+(declared in the same ADD) against HAProxy bound to net1; one TCP stream
+and short connections, a round of them within each round.
+
 Subjects alternate within each round for each measure (A B C ..., the order
 rotating by one every round), so that machine drift hits them all alike.
 
@@ -32,7 +37,7 @@ bench has its module beside it: lab.py (namespaces, topology, processes),
 usage.py (/proc accounting), device.py (the device's services),
 subjects.py (starting the peers), throughput.py, connections.py, udp.py,
 footprint.py (idle memory, syscall profiles), fragile.py (bursts against
-a device that accepts slowly), report.py (the Markdown), verdict.py (what
+a device that accepts slowly), reverse.py (device -> pod -> cluster), report.py (the Markdown), verdict.py (what
 fails the run).
 
     relay.py [--quick] [--rounds N] [--out FILE] [--only a,b,...]
@@ -53,6 +58,7 @@ import time
 import device
 import fragile
 import lab
+import reverse
 import verdict  # scripts/bench/verdict.py: which figures fail the run
 from connections import conn_rate, rr
 from device import HELPERS
@@ -64,8 +70,9 @@ from throughput import Iperf
 from udp import UDP_LOADS, udp
 
 
-def bring_up(the_lab, procs, only=None):
-    """The lab, the device services and every subject, each checked end to end."""
+def bring_up(the_lab, procs, only=None, with_reverse=True):
+    """The lab, the device services and every subject, each checked end to
+    end; the reverse direction's subjects too (with_reverse)."""
     tmp = the_lab.tmp
     want = lambda k: only is None or k in only
     the_lab.build()
@@ -74,7 +81,7 @@ def bring_up(the_lab, procs, only=None):
     elk_ports, forwards = edgelink_forwards()
     # The fragile device's forward (fragile.py) rides on the same ADD; it is
     # shown with its own measure, not in the commands below.
-    the_lab.attach(forwards + [fragile.forward()])
+    the_lab.attach(forwards + [fragile.forward()], reverse.entries() if with_reverse else [])
     if want("kernel"):
         k_ports, k_forwards = kernel_forwards()
         the_lab.attach_kernel(k_forwards)
@@ -106,6 +113,22 @@ def bring_up(the_lab, procs, only=None):
     return subjects, device_procs
 
 
+def measure(r, title, fn, order, results, errors):
+    """One measure of round r through each subject in `order`."""
+    line = []
+    for s in order:
+        try:
+            got = fn(s)
+        except (RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError, OSError) as e:
+            errors.append("round %d, %s, %s: %s" % (r + 1, title, s.name, str(e)[:300]))
+            print("  FAILED: " + errors[-1], flush=True)
+            continue
+        for key, v in got.items():
+            results[s.name].setdefault(key, []).append(v)
+        line.append("%s %s" % (s.name, " ".join("%s=%.4g" % kv for kv in got.items())))
+    print("round %d %s: %s" % (r + 1, title, "; ".join(line)), flush=True)
+
+
 def interrupted(*_):
     raise KeyboardInterrupt("SIGTERM")
 
@@ -119,7 +142,8 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (default 3, 1 with --quick)")
     ap.add_argument("--out", help="write the markdown section here")
     ap.add_argument("--only", help="comma-separated subjects: direct,socat,haproxy,haproxy1m,nginx,edgelinkd,kernel")
-    ap.add_argument("--measures", help="comma-separated measures (default all): idle,tcp1,tcp8,conn,rr,udp,fragile,profile")
+    ap.add_argument("--measures", help="comma-separated measures (default all): "
+                    "idle,tcp1,tcp8,conn,rr,udp,fragile,reverse,profile")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("relay bench: run as root (network namespaces)")
@@ -149,12 +173,16 @@ def main():
     # SIGTERM (CI timeouts) unwinds through the finally below like Ctrl-C.
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        subjects, device_procs = bring_up(the_lab, procs, only)
-        print("relay bench: lab up in %.1f s; subjects: %s" % (time.time() - started, ", ".join(s.name for s in subjects)),
-              flush=True)
+        subjects, device_procs = bring_up(the_lab, procs, only, wanted("reverse"))
+        rev_subjects, rev_measures = [], []
+        if wanted("reverse"):
+            rev_subjects, rev_measures = reverse.start(procs, tmp, the_lab.daemon, the_lab.net1,
+                                                       only is None or "haproxy1m" in only, secs)
+        print("relay bench: lab up in %.1f s; subjects: %s" % (
+            time.time() - started, ", ".join(s.name for s in subjects + rev_subjects)), flush=True)
 
         iperf = Iperf(procs, secs, device_procs["iperf"])
-        results = {s.name: {} for s in subjects}
+        results = {s.name: {} for s in subjects + rev_subjects}
         errors = []
         measures = [
             ("tcp1", "TCP 1 stream", iperf.iperf1),
@@ -186,18 +214,12 @@ def main():
             k = r % len(subjects)
             order = subjects[k:] + subjects[:k]
             for title, fn in measures:
-                line = []
-                for s in order:
-                    try:
-                        got = fn(s)
-                    except (RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError, OSError) as e:
-                        errors.append("round %d, %s, %s: %s" % (r + 1, title, s.name, str(e)[:300]))
-                        print("  FAILED: " + errors[-1], flush=True)
-                        continue
-                    for key, v in got.items():
-                        results[s.name].setdefault(key, []).append(v)
-                    line.append("%s %s" % (s.name, " ".join("%s=%.4g" % kv for kv in got.items())))
-                print("round %d %s: %s" % (r + 1, title, "; ".join(line)), flush=True)
+                measure(r, title, fn, order, results, errors)
+            # The reverse direction, its subjects alternating the same way.
+            if rev_subjects:
+                k = r % len(rev_subjects)
+                for title, fn in rev_measures:
+                    measure(r, title, fn, rev_subjects[k:] + rev_subjects[:k], results, errors)
         fragile_subjects, fragile_kinds, fragile_record = [], {}, None
         if wanted("fragile"):
             fragile_subjects, fragile_kinds = fragile.run(
@@ -216,13 +238,15 @@ def main():
         the_lab.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    text, _ = report(a, subjects, results, profile, secs, rounds, idle_n, started)
+    rev = reverse.section(rev_subjects, results, secs) if rev_subjects else []
+    text, _ = report(a, subjects, results, profile, secs, rounds, idle_n, started, rev, rev_subjects)
     if fragile_subjects:
         text += "\n" + "\n".join(fragile.section(fragile_subjects, results, fragile_kinds, a.quick, rounds,
                                                   fragile_record))
     if errors:
         text += "\nFailed measurements (not in the figures above):\n\n" + "".join("- %s\n" % e for e in errors)
-    failed, notes = verdict.relay_checks(results, {s.name for s in subjects + fragile_subjects if s.peer})
+    failed, notes = verdict.relay_checks(results, {s.name for s in subjects + fragile_subjects + rev_subjects
+                                                   if s.peer})
     text += "\n" + "\n".join(verdict.section("Checks: edgelinkd loses no work", failed, notes))
     print(text)
     if a.out:

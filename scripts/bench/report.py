@@ -101,7 +101,9 @@ def table(w, subjects, results, columns, ratios=True):
     w("| *edgelinkd ÷ direct* | " + " | ".join(direct) + " |")
 
 
-def report(a, subjects, results, profile, secs, rounds, idle_n, started):
+def report(a, subjects, results, profile, secs, rounds, idle_n, started, reverse_lines=(), rev_subjects=()):
+    """The relay half's Markdown; `reverse_lines` (reverse.section) follow
+    the TCP table, `rev_subjects`' commands are listed with the others'."""
     lines = []
     w = lines.append
     cmd = "make bench" + (" QUICK=1" if a.quick else "")
@@ -131,6 +133,7 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started):
     w("")
     table(w, subjects, results, TCP_COLUMNS)
     w("")
+    lines.extend(reverse_lines)
     for key, clients, rate in UDP_LOADS:
         w("### UDP: 1400-byte datagrams, %s offered by %s%s" % (
             "{:,}/s".format(rate).replace(",", " "), "one client" if clients == 1 else "%d clients" % clients,
@@ -206,7 +209,8 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started):
       "over the bytes received." % secs["iperf"])
     w("- Short connections: `elk-loadgen conn-rate HOST:PORT --concurrency 16 --seconds %g` (connect, "
       "64 bytes each way, close) against `elk-loadgen echo-server` on the device; "
-      "net.ipv4.tcp_tw_reuse=1 in the client and pod netns for every subject." % secs["short"])
+      "net.ipv4.tcp_tw_reuse=1 in the client and pod netns for every subject (and in the device netns, the "
+      "client of the reverse direction)." % secs["short"])
     w("- Latency: `elk-loadgen rr HOST:PORT --seconds %g` (one persistent connection, 64 bytes each way)."
       % secs["short"])
     w("- UDP: `elk-loadgen udp HOST:PORT --size 1400 --rate R --seconds %g [--concurrency 50]` "
@@ -215,7 +219,7 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started):
     w("")
     w("Subjects as run (in the pod netns unless said):")
     w("")
-    for s in subjects:
+    for s in list(subjects) + list(rev_subjects):
         for c in s.commands:
             w("- %s: `%s`" % (s.name, c))
     w("")

@@ -14,11 +14,14 @@ from lab import tcp_echo_once, udp_echo_once
 class Subject:
     """A way from the client to the device services: host and ports
     {IPERF: p, ECHO: p, UDP: p or None, IDLE: p}, the processes whose CPU and
-    memory are the relay's, and the exact commands it was run with."""
+    memory are the relay's, and the exact commands it was run with.
+    `client` is the netns the load runs from (the device's for the
+    reverse direction, reverse.py)."""
 
-    def __init__(self, name, host, ports, procs=(), commands=(), peer=True):
+    def __init__(self, name, host, ports, procs=(), commands=(), peer=True, client=CLIENT):
         self.name, self.host, self.ports = name, host, ports
         self.procs, self.commands, self.peer = list(procs), list(commands), peer
+        self.client = client
 
     def pids(self):
         return [p.pid for p in self.procs]
@@ -46,7 +49,10 @@ def start_socat(procs):
     return Subject("socat", POD_IP, ports, ps, cmds)
 
 
-def start_haproxy(procs, tmp, name, base, pipesize=None):
+def start_haproxy(procs, tmp, name, base, pipesize=None, bind=POD_IP, server=DEV_IP, services=(IPERF, ECHO, IDLE),
+                  label=None):
+    """HAProxy in the pod netns, on `bind`, to `server` (the device; the
+    cluster service for the reverse direction), one listen per service."""
     ports = relay_ports(base)
     ports[UDP] = None  # HAProxy has no UDP proxy
     # HAProxy wants 2 descriptors per connection and 2 per pipe (by default
@@ -61,16 +67,16 @@ def start_haproxy(procs, tmp, name, base, pipesize=None):
     cfg += ["defaults", "    mode tcp", "    maxconn %d" % maxconn, "    timeout connect 5s",
             "    timeout client 10m", "    timeout server 10m",
             "    option splice-request", "    option splice-response"]
-    for svc in (IPERF, ECHO, IDLE):
-        cfg += ["listen p%d" % ports[svc], "    bind %s:%d" % (POD_IP, ports[svc]),
-                "    server dev %s:%d" % (DEV_IP, svc)]
+    for svc in services:
+        cfg += ["listen p%d" % ports[svc], "    bind %s:%d" % (bind, ports[svc]),
+                "    server dev %s:%d" % (server, svc)]
     path = os.path.join(tmp, name + ".cfg")
     with open(path, "w") as f:
         f.write("\n".join(cfg) + "\n")
     p = procs.start(name, POD, ["haproxy", "-f", path, "-db"])
-    label = "HAProxy" + (" %d MiB pipes" % (pipesize >> 20) if pipesize else "")
+    label = label or "HAProxy" + (" %d MiB pipes" % (pipesize >> 20) if pipesize else "")
     shown = [l.strip() for l in cfg[:cfg.index("listen p%d" % ports[IPERF]) + 3]]
-    return Subject(label, POD_IP, ports, [p],
+    return Subject(label, bind, ports, [p],
                    ["haproxy -f %s.cfg -db  # %s; (one listen section per port)" % (name, "; ".join(shown))])
 
 

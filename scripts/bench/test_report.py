@@ -1,11 +1,13 @@
-"""The Targets (issue 12) table's arithmetic: report.targets12 over made-up
-results.
+"""The Targets (issue 12) table's arithmetic (report.targets12) and the
+reverse direction's table (reverse.section), over made-up results.
 
     python3 -m unittest discover -s scripts/bench -p 'test_*.py'
 """
+import types
 import unittest
 
 import report
+import reverse
 
 
 def results():
@@ -57,6 +59,44 @@ class Targets12(unittest.TestCase):
         del r["edgelinkd kernel path"]
         got = rows(r)
         self.assertEqual(got[("kernel path connections/s", "≥ 0.90× direct")][5], "not measured")
+
+
+class ReverseSection(unittest.TestCase):
+    """reverse.section: each subject's forward and reverse rows, then the
+    ratios, over made-up results."""
+
+    def subjects(self, peer=True):
+        names = [reverse.ELK] + ([reverse.PEER] if peer else [])
+        return [types.SimpleNamespace(name=n) for n in names]
+
+    def results(self):
+        r = results()
+        r[reverse.ELK] = {"gbps1": [4.5], "cpu_per_gb": [0.3], "conn_s": [450, 540, 500], "conn_cpu_us": [200]}
+        r[reverse.PEER] = {"gbps1": [3.0], "cpu_per_gb": [0.4], "conn_s": [1000], "conn_cpu_us": [100]}
+        return r
+
+    def rows(self, lines):
+        return {tuple(c.strip() for c in l.strip("|").split("|")[:2]): [c.strip() for c in l.strip("|").split("|")[2:]]
+                for l in lines if l.startswith("| ")}
+
+    def test_rows_and_ratios(self):
+        got = self.rows(reverse.section(self.subjects(), self.results(), {"iperf": 2, "short": 1}))
+        self.assertEqual(got[("edgelinkd", "forward: client → pod → device")][0], "6.00")
+        self.assertEqual(got[("edgelinkd", "reverse: device → pod net1 → cluster")][2], "500 (450–540)")
+        self.assertEqual(got[("HAProxy 1 MiB pipes", "reverse: device → pod net1 → cluster")][0], "3.00")
+        self.assertEqual(got[("*edgelinkd reverse ÷ forward*", "")][0], "0.75×")  # 4.5 over 6.0
+        self.assertEqual(got[("*edgelinkd reverse ÷ forward*", "")][2], "0.56×")  # 500 over 900
+        self.assertEqual(got[("*edgelinkd ÷ HAProxy 1 MiB pipes, reverse*", "")][0], "1.50×")
+        self.assertEqual(got[("*edgelinkd ÷ HAProxy 1 MiB pipes, forward*", "")][0], "1.00×")
+
+    def test_without_the_peer_or_a_figure(self):
+        r = self.results()
+        del r[reverse.PEER]
+        del r[reverse.ELK]["cpu_per_gb"]
+        got = self.rows(reverse.section(self.subjects(peer=False), r, {"iperf": 2, "short": 1}))
+        self.assertEqual(got[("edgelinkd", "reverse: device → pod net1 → cluster")][1], "–")
+        self.assertEqual(got[("*edgelinkd reverse ÷ forward*", "")][1], "–")
+        self.assertFalse(any("HAProxy" in k[0] for k in got))
 
 
 if __name__ == "__main__":

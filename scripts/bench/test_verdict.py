@@ -124,6 +124,17 @@ class RelayChecks(unittest.TestCase):
         self.assertTrue(all("edgelinkd kernel path" in f for f in failed))
         self.assertEqual(notes, [])
 
+    def test_the_reverse_directions_failures_fail_the_run_and_its_peers_do_not(self):
+        r = healthy()
+        r["reverse: edgelinkd"] = {"conn_failed": [0, 12], "conn_ok": [3000, 2988], "gbps1": [9.0, 9.1]}
+        r["reverse: HAProxy 1 MiB pipes"] = {"conn_failed": [50], "conn_ok": [2950]}
+        failed, notes = verdict.relay_checks(r, PEERS | {"reverse: HAProxy 1 MiB pipes"})
+        self.assertEqual(len(failed), 1)
+        self.assertIn("reverse: edgelinkd", failed[0])
+        self.assertIn("round 2", failed[0])
+        self.assertEqual(len(notes), 1)
+        self.assertIn("reverse: HAProxy 1 MiB pipes", notes[0])
+
     def test_unmeasured_figures_are_not_checked(self):
         self.assertEqual(verdict.relay_checks({"edgelinkd": {}}, PEERS), ([], []))
 

@@ -2,22 +2,26 @@
 import subprocess
 import time
 
-from lab import CLIENT, DEV, DEV_IP, IPERF, listening, run_json, wait_for
+from lab import DEV, DEV_IP, IPERF, listening, run_json, wait_for
 from usage import cpu_seconds
 
 
 class Iperf:
-    """iperf3 from the client netns against the device's iperf3 server,
-    which is restarted when a run through a subject fails."""
+    """iperf3 from the subject's client netns against the iperf3 server
+    behind it (the device's, in `ns` at `host`; the cluster's for the
+    reverse direction), which is restarted when a run through a subject
+    fails."""
 
-    def __init__(self, procs, secs, server):
+    def __init__(self, procs, secs, server, ns=DEV, host=DEV_IP):
         self.procs, self.secs, self.iperf_server = procs, secs, server
+        self.ns, self.host = ns, host
 
     def restart_iperf(self):
+        name = self.iperf_server.name
         self.procs.stop(self.iperf_server)
         self.procs.started.remove(self.iperf_server)
-        self.iperf_server = self.procs.start("iperf3-server", DEV, ["iperf3", "-s", "-B", DEV_IP, "-p", str(IPERF)])
-        wait_for("iperf3 server", lambda: listening(DEV, IPERF), self.iperf_server, self.procs)
+        self.iperf_server = self.procs.start(name, self.ns, ["iperf3", "-s", "-B", self.host, "-p", str(IPERF)])
+        wait_for(name, lambda: listening(self.ns, IPERF), self.iperf_server, self.procs)
 
     def iperf(self, s, streams):
         argv = ["iperf3", "-J", "-c", s.host, "-p", str(s.ports[IPERF]), "-t", str(self.secs["iperf"]),
@@ -25,7 +29,7 @@ class Iperf:
         for attempt in (1, 2):
             cpu0 = cpu_seconds(s.pids())
             try:
-                r = run_json(CLIENT, argv, self.secs["iperf"] + 30)
+                r = run_json(s.client, argv, self.secs["iperf"] + 30)
                 if "error" in r:
                     raise RuntimeError(r["error"])
                 end = r["end"]["sum_received"]

@@ -20,10 +20,11 @@ is broken, whatever the machine's speed:
   one per burst of N clients);
 - edgelink's own CHECK fails (any CHECK of an edgelink subject).
 
-The relay checks apply to both of edgelinkd's subjects: the relay
-("edgelinkd") and its kernel path ("edgelinkd kernel path": the kernel
+The relay checks apply to all of edgelinkd's subjects: the relay
+("edgelinkd"), its kernel path ("edgelinkd kernel path": the kernel
 forwards the connections and datagrams, but a table that loses them is
-edgelinkd's).
+edgelinkd's), and its reverse forwards ("reverse: edgelinkd", reverse.py:
+short connections from the device to the cluster through the pod).
 
 The peers' (socat, HAProxy, nginx, the reference plugins) failures are
 reported beside, never fatal: they are what is compared against, not what
@@ -39,7 +40,8 @@ UDP_LOSS_MAX = 0.01
 UDP_CHECK_LOAD = ("ucheck", 1, 5000)
 RELAY = "edgelinkd"
 KERNEL = "edgelinkd kernel path"
-OURS = (RELAY, KERNEL)
+REVERSE = "reverse: edgelinkd"  # reverse.py: device -> pod net1 -> cluster
+OURS = (RELAY, KERNEL, REVERSE)
 # fragile<N>_completed: clients that completed, per burst of N clients
 FRAGILE_COMPLETED = re.compile(r"^fragile(\d+)_completed$")
 

@@ -4,10 +4,15 @@
     echo.py serve HOST PORT          TCP echo until killed (thread per client)
     echo.py serve-udp HOST PORT      UDP echo until killed
     echo.py serve-http HOST PORT     HTTP server answering GET with a page
+    echo.py serve-collect HOST PORT  a collector (stands in for an MQTT
+                                     broker): prints "from PEER: LINE" for
+                                     each line it receives, answers "ack"
     echo.py ping HOST PORT [N]       N TCP round trips of 64 bytes; prints
                                      "ok <bytes> <median-rtt-us>" or fails
     echo.py udp-ping HOST PORT [N]   the same over UDP (1 s timeout each)
     echo.py http-get HOST PORT [N]   N GETs of /; same output
+    echo.py publish HOST PORT TEXT   sends TEXT as one line to a collector,
+                                     waits for its "ack"; same output
 
 Used by the demo and the tests only inside network namespaces they create.
 """
@@ -73,6 +78,45 @@ def serve_http(host, port):
     Server((host, port), Handler).serve_forever()
 
 
+def serve_collect(host, port):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(16)
+
+    def handle(c, peer):
+        with c, c.makefile("rb") as lines:
+            for line in lines:
+                print("from %s:%d: %s" % (peer[0], peer[1], line.decode(errors="replace").rstrip("\n")), flush=True)
+                c.sendall(b"ack\n")
+
+    while True:
+        c, peer = s.accept()
+        threading.Thread(target=handle, args=(c, peer), daemon=True).start()
+
+
+def publish(host, port, text):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    c = socket.socket(fam, socket.SOCK_STREAM)
+    c.settimeout(3)
+    c.connect((host, port))
+    msg = text.encode() + b"\n"
+    t = time.perf_counter()
+    c.sendall(msg)
+    got = b""
+    while not got.endswith(b"\n"):
+        chunk = c.recv(64)
+        if not chunk:
+            raise SystemExit("connection closed before the ack")
+        got += chunk
+    rtt = time.perf_counter() - t
+    c.close()
+    if got != b"ack\n":
+        raise SystemExit("no ack: %r" % got)
+    print("ok %d %d" % (len(msg) + len(got), rtt * 1e6))
+
+
 def udp_ping(host, port, n):
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     c = socket.socket(fam, socket.SOCK_DGRAM)
@@ -132,10 +176,12 @@ def ping(host, port, n):
 
 
 if __name__ == "__main__":
-    cmds = {"serve": serve, "serve-udp": serve_udp, "serve-http": serve_http}
+    cmds = {"serve": serve, "serve-udp": serve_udp, "serve-http": serve_http, "serve-collect": serve_collect}
     clients = {"ping": ping, "udp-ping": udp_ping, "http-get": http_get}
     if len(sys.argv) >= 4 and sys.argv[1] in cmds:
         cmds[sys.argv[1]](sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "publish":
+        publish(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif len(sys.argv) >= 4 and sys.argv[1] in clients:
         clients[sys.argv[1]](sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 100)
     else:
