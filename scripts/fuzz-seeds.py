@@ -11,7 +11,8 @@ tests, manifests and docs already use:
             (interfaces/ips/routes) of the tests, and the Result the plugin
             would return for each config with a built-in IPAM range
   record    the attachment record the plugin would write for each config
-            with forwards (as commands/add.rs builds it)
+            with forwards (as commands/add.rs builds it), with its reverse
+            forwards and dns when it has them
   control   the request lines the plugin and the tests send (rescan, check,
             reap), replies to check, and the plugin-side field lists
   cni_args  the CNI_ARGS strings of the tests (format arguments filled in)
@@ -234,6 +235,13 @@ def record_forward(f):
     return out
 
 
+def record_reverse(f, subnet):
+    out = record_forward(f)
+    out.pop("path", None)
+    out["allowedSources"] = f.get("allowedSources") or [subnet]
+    return out
+
+
 def records(confs):
     out = []
     for i, c in enumerate(confs):
@@ -265,6 +273,12 @@ def records(confs):
             "cniConfig": stored,
             "pidNamespace": 4026531836,
         }
+        rev = c.get("reverse")
+        if isinstance(rev, list) and rev and all(isinstance(f, dict) for f in rev):
+            rec["reverse"] = [record_reverse(f, subnet) for f in rev]
+        dns = (c.get("runtimeConfig") or {}).get("dns") or c.get("dns")
+        if isinstance(dns, dict):
+            rec["dns"] = dns
         out.append(rec)
     return out
 
