@@ -219,35 +219,14 @@ pub fn plugin_entries(d: &Device, resolved: &[Resolved]) -> Vec<Value> {
         .collect()
 }
 
-/// `host:port` split, as the plugin reads a target: `[IPv6]:port`,
-/// `IPv4:port` (unicast) or `dns-name:port` (labels of letters, digits,
-/// `-` and `_`, a final dot allowed, not all digits), port 1..65535.
+/// `host:port` split, as the plugin reads a target (the plugin's own
+/// parser, edgelink-attachment's `Target`): `[IPv6]:port`, `IPv4:port`
+/// (unicast) or `dns-name:port`, port 1..65535.
 pub fn parse_target(t: &str) -> Option<(String, u16)> {
-    if let Ok(a) = t.parse::<std::net::SocketAddr>() {
-        let ip = a.ip();
-        let unicast = !(ip.is_unspecified()
-            || ip.is_multicast()
-            || ip == IpAddr::V4(std::net::Ipv4Addr::BROADCAST));
-        return (a.port() != 0 && unicast).then(|| (ip.to_string(), a.port()));
+    match t.parse::<edgelink_attachment::Target>().ok()? {
+        edgelink_attachment::Target::Addr(a) => Some((a.ip().to_string(), a.port())),
+        edgelink_attachment::Target::Name { host, port } => Some((host, port)),
     }
-    let (host, port) = t.rsplit_once(':')?;
-    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
-    if host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
-        return None;
-    }
-    let name = host.strip_suffix('.').unwrap_or(host);
-    let is_name = !name.is_empty()
-        && name.len() <= 253
-        && !name.bytes().all(|c| c.is_ascii_digit() || c == b'.')
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-        });
-    is_name.then(|| (host.to_string(), port))
 }
 
 /// The checks of `d.spec.reverse` that need nothing but the Device, into

@@ -13,18 +13,8 @@ fn a_takeover_carries_live_connections_udp_sessions_and_listeners() {
     // A relayed TCP connection with bytes both ways, and a UDP session.
     let mut c = l.connect(API).unwrap();
     assert_eq!(echo(&mut c, b"before\n"), b"before\n");
-    let udp = in_netns(&l.client, || {
-        let u = std::net::UdpSocket::bind(format!("{CLIENT_IP}:0")).unwrap();
-        u.connect(pod_addr(UDP)).unwrap();
-        u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        u
-    });
-    let udp_echo = |msg: &[u8]| {
-        udp.send(msg).unwrap();
-        let mut b = [0u8; 64];
-        let n = again(|| udp.recv(&mut b)).expect("UDP answer");
-        b[..n].to_vec()
-    };
+    let udp = UdpClient::new(&l.client, CLIENT_IP, pod_addr(UDP));
+    let udp_echo = |msg: &[u8]| udp.echo(msg);
     assert_eq!(udp_echo(b"u1"), b"u1");
     let old_pid = l.daemon().pid();
 

@@ -531,6 +531,30 @@ pub fn metric_value(text: &str, metric: &str, fwd: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A UDP client in a namespace: bound to `source` (port 0) there and
+/// connected to `to`.
+pub struct UdpClient(std::net::UdpSocket);
+
+impl UdpClient {
+    pub fn new(ns: &Netns, source: &str, to: SocketAddr) -> UdpClient {
+        let source = format!("{source}:0");
+        UdpClient(in_netns(ns, move || {
+            let u = std::net::UdpSocket::bind(&source).unwrap();
+            u.connect(to).unwrap();
+            u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            u
+        }))
+    }
+
+    /// Send `msg`; the answer (within 3 s).
+    pub fn echo(&self, msg: &[u8]) -> Vec<u8> {
+        self.0.send(msg).unwrap();
+        let mut b = [0u8; 2048];
+        let n = again(|| self.0.recv(&mut b)).expect("UDP answer");
+        b[..n].to_vec()
+    }
+}
+
 /// Write `msg`, read as many bytes back.
 pub fn echo(s: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
     s.write_all(msg).expect("write");

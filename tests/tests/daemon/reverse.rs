@@ -426,19 +426,8 @@ fn reverse_connections_and_sessions_survive_a_takeover_and_listeners_come_back_a
     let mut c = device_connect(&l, DEVICE_V4, net1(&l, MQTT)).unwrap();
     assert_eq!(banner(&mut c).unwrap(), "broker");
     assert_eq!(echo(&mut c, b"before\n"), b"before\n");
-    let net1_stats = net1(&l, STATS);
-    let udp = in_netns(&l.lab.device, || {
-        let u = UdpSocket::bind(format!("{DEVICE_V4}:0")).unwrap();
-        u.connect(net1_stats).unwrap();
-        u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        u
-    });
-    let udp_echo = |msg: &[u8]| {
-        udp.send(msg).unwrap();
-        let mut b = [0u8; 64];
-        let n = again(|| udp.recv(&mut b)).expect("UDP answer");
-        b[..n].to_vec()
-    };
+    let udp = UdpClient::new(&l.lab.device, DEVICE_V4, net1(&l, STATS));
+    let udp_echo = |msg: &[u8]| udp.echo(msg);
     assert_eq!(udp_echo(b"u1"), b"u1");
 
     l.take_over();
