@@ -23,7 +23,10 @@ fn table(max_sessions: usize) -> Table {
     let (created, _) = mpsc::unbounded_channel();
     Table::new(Shared {
         listener: Arc::new(UdpSocket::from_std(listener).unwrap()),
-        target: "127.0.0.1:9".parse::<std::net::SocketAddr>().unwrap().into(),
+        target: "127.0.0.1:9"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
         source: Arc::new(NeverSource),
         counters: Arc::new(Counters::default()),
         refuse: Arc::new(|_, _| false),
