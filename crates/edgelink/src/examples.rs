@@ -250,7 +250,7 @@ fn the_operators_nad_of_the_example_device_is_a_valid_config() {
     let net: EdgeNetwork =
         serde_norway::from_str(&read("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
     for node in ["kedge1", "kedge2"] {
-        let mut conf = edgelink_operator::render::cni_config(&device, &net, node);
+        let mut conf = edgelink_operator::render::cni_config(&device, &net, node, &[]);
         conf["ipam"]["nodeName"] = Value::String(node.into());
         let parsed = NetConf::parse(conf.to_string().as_bytes()).unwrap();
         Config::parse(parsed, &add_env())
@@ -286,7 +286,7 @@ fn parse_operators_nad(
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let text = std::fs::read_to_string(root.join("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
     let net: EdgeNetwork = serde_norway::from_str(&text).unwrap();
-    let mut conf = edgelink_operator::render::cni_config(d, &net, "kedge1");
+    let mut conf = edgelink_operator::render::cni_config(d, &net, "kedge1", &[]);
     conf["ipam"]["nodeName"] = Value::String("kedge1".into());
     Config::parse(NetConf::parse(conf.to_string().as_bytes())?, &add_env())
 }
