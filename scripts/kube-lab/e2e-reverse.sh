@@ -121,7 +121,10 @@ YAML
   ns=$(pod_netns hil collector)
   [[ -n $COLL_IP && -n $ns ]] || return 1
   : >"$COLL_UDP_LOG"
-  in_pod_netns "$ns" timeout 1500 python3 -c "$COLL_UDP_PY" "$REV_PORT" "$COLL_UDP_LOG" >/dev/null 2>&1 &
+  # not through in_pod_netns: a function would run in a subshell, and $!
+  # be that subshell, not timeout (which passes the TERM on to python3)
+  nsenter --mount="$MNT" nsenter --net="/run/netns/$ns" \
+    timeout 1500 python3 -c "$COLL_UDP_PY" "$REV_PORT" "$COLL_UDP_LOG" >/dev/null 2>&1 &
   COLL_UDP_PID=$!
   note "Service collector ClusterIP $COLL_IP (ingest 9000/tcp, ingest-udp 9000/udp); pod collector $(kc -n hil get pod collector -o jsonpath='{.status.podIP}'), netns $ns"
 }
