@@ -87,7 +87,7 @@ test-e2e:
 # The kube lab (docs/kube-lab.md): a real single-node Kubernetes 1.20 on this
 # machine, inside namespaces of its own; daemonset/install.yaml and
 # cni-conf/expose-a-device/ applied as documented, then edgelink-operator
-# (daemonset/operator/); one PASS/FAIL line per check (1-9, O1-O11; ~8 min).
+# (daemonset/operator/); one PASS/FAIL line per check (1-10, O1-O12; ~9 min).
 # Needs the lab's cache (/var/tmp/edgelink-kube, or MULTUS_SRC to build it).
 # KEEP=1 leaves the cluster up. `test` runs it only where that cache is.
 # The image is rebuilt first (~30 s when the binaries are up to date), so the

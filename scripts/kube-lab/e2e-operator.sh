@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The end-to-end checks of edgelink-operator (issue 11) on the kube lab:
 # sourced by e2e.sh after its own checks, on the same cluster, with its
-# helpers (kc, check, note, until_ok, on_node, in_pod_netns, pod_netns, client_netns,
+# helpers (kc, check, note, until_ok, is, at_least, differs, on_node, in_pod_netns, pod_netns, client_netns,
 # ECHO) and its client pod hil/client. docs/kube-lab.md lists the checks.
 #
 # The operator runs in the cluster (daemonset/operator/, the image
@@ -35,12 +35,6 @@ op_metric() { # op_metric POD_IP NAME: the sum of its samples
   ip netns exec "$NODE_NS" curl -fsS --max-time 5 "http://$1:8080/metrics" |
     awk -v m="$2" '$1 == m || index($1, m"{") == 1 { s += $2 } END { printf "%d\n", s }'
 }
-# is VALUE CMD...: CMD's output is VALUE (re-run at each try of until_ok)
-is() { local want=$1; shift; [[ $("$@" 2>/dev/null) == "$want" ]]; }
-# at_least N CMD...: CMD's output is a number >= N
-at_least() { local n=$1 got; shift; got=$("$@" 2>/dev/null); [[ $got =~ ^[0-9]+$ ]] && ((got >= n)); }
-# differs VALUE CMD...: CMD's output is not empty and not VALUE
-differs() { local old=$1 got; shift; got=$("$@" 2>/dev/null); [[ -n $got && $got != "$old" ]]; }
 webhook_ip() { kc -n "$OPNS" get endpoints edgelink-operator-webhook -o jsonpath='{.subsets[0].addresses[0].ip}'; }
 jp() { kc -n hil get "$1" "$2" -o jsonpath="$3"; } # jp KIND NAME JSONPATH
 sts_rolled() { [[ $(jp statefulset "$DEV" '{.status.updateRevision}') == "$(jp statefulset "$DEV" '{.status.currentRevision}')" ]]; }
@@ -317,6 +311,73 @@ YAML
   kc -n hil delete device "$KDEV" >/dev/null
 }
 check "O11 Device with kernel-path ports (api, telemetry) and a queued relay port (http): the proxy pod's nft table, TCP, UDP, HTTP through the Service, packets in edgelinkd's /status" o11_kernel
+
+# --- O12. Device.spec.reverse: a Service named, rendered as its ClusterIP (issue 14) ----------------------
+# The collector of check 10 (e2e-reverse.sh): its Service `collector`,
+# ingest 9000/tcp and ingest-udp 9000/udp. One entry names the port by name
+# and leaves protocol to the schema's default, the other by number (the
+# Service's 9000 of protocol udp). The schema's oneOf (service or target)
+# refuses both and neither at apply: the 1.20 apiserver takes the CRD's
+# per-field default, int-or-string and oneOf.
+RDEV=device01-04
+rev_status() { # rev_status: "name listener target service totalConnections ..." per entry
+  kc -n hil get device "$RDEV" -o json | python3 -c '
+import json, sys
+for r in json.load(sys.stdin).get("status", {}).get("reverse", []):
+    print(r.get("name"), r.get("protocol"), r.get("port"), r.get("target"), r.get("service"), r.get("listener"), r.get("totalConnections"))'
+}
+o12_reverse() {
+  local ok=0 conf seg pod_ip out word st proto
+  refused "reverse: [{name: both, port: 9000, service: {name: collector}, target: \"10.0.0.9:9000\"}]" "oneOf" || ok=1
+  refused "reverse: [{name: neither, port: 9000}]" "oneOf" || ok=1
+  [[ -n $COLL_IP ]] || { note "no collector (check 10)"; return 1; }
+  kc apply -f - >/dev/null <<YAML || return 1
+apiVersion: edgelink.io/v1alpha1
+kind: Device
+metadata: {name: $RDEV, namespace: hil}
+spec:
+  nodeName: $NODE
+  network: plant-floor
+  address: 172.17.16.120
+  ports:
+  - {name: api, protocol: tcp, port: 8080}
+  reverse:
+  - {name: ingest, port: 9000, service: {name: collector, port: ingest}}
+  - {name: ingest-udp, protocol: udp, port: 9000, service: {name: collector, port: 9000}, connectTimeoutMs: 2000}
+YAML
+  proto=$(kc -n hil get device "$RDEV" -o jsonpath='{.spec.reverse[0].protocol}')
+  note "stored spec.reverse[0].protocol: ${proto:-(none)} (the schema's default)"
+  [[ $proto == tcp ]] || ok=1
+  until_ok 120 all_true_of "$RDEV" || { kc -n hil get device "$RDEV" -o jsonpath='{.status.conditions}' | sed 's/^/     | /'; return 1; }
+  note "ReverseResolved: $(kc -n hil get device "$RDEV" -o jsonpath='{.status.conditions[?(@.type=="ReverseResolved")].status} {.status.conditions[?(@.type=="ReverseResolved")].message}')"
+  conf=$(kc -n hil get network-attachment-definitions "$RDEV" -o jsonpath='{.spec.config}')
+  out=$(python3 -c 'import json,sys; print(" ".join("%s=%s/%s->%s" % (r["name"], r["port"], r["protocol"], r["target"]) for r in json.loads(sys.argv[1]).get("reverse", [])))' "$conf")
+  note "NAD $RDEV reverse: $out"
+  [[ $out == "ingest=9000/tcp->$COLL_IP:9000 ingest-udp=9000/udp->$COLL_IP:9000" ]] || ok=1
+  seg=$(kc -n hil get device "$RDEV" -o jsonpath='{.status.segmentAddress}')
+  pod_ip=$(kc -n hil get pod "$RDEV-0" -o jsonpath='{.status.podIP}')
+  word=o12-tcp-$RANDOM
+  out=$(dev_call tcp "$seg" 9000 "$word") || ok=1
+  note "device -> $seg:9000/tcp (status.segmentAddress): $out"
+  from_pod "$out" "$word" "$pod_ip" || ok=1
+  word=o12-udp-$RANDOM
+  out=$(dev_call udp "$seg" 9000 "$word") || ok=1
+  note "device -> $seg:9000/udp: $out"
+  from_pod "$out" "$word" "$pod_ip" || ok=1
+  # the counters come back with the next report
+  until_ok 60 rev_counted || ok=1
+  note "kubectl get device $RDEV -o yaml, status.reverse:"
+  kc -n hil get device "$RDEV" -o yaml | awk '/^status:/ { s = 1 } s && /^  reverse:/ { p = 1 } p && /^  [^ -]/ && !/^  reverse:/ { p = 0 } p' |
+    sed 's/^/     | /'
+  st=$(rev_status)
+  grep -q "^ingest tcp 9000 $COLL_IP:9000 hil/collector listening [1-9]" <<<"$st" &&
+    grep -q "^ingest-udp udp 9000 $COLL_IP:9000 hil/collector listening [1-9]" <<<"$st" || ok=1
+  kc -n hil delete device "$RDEV" >/dev/null
+  ((ok == 0))
+}
+all_true_of() { cond_is "$1" Reconciled True && cond_is "$1" Ready True && cond_is "$1" ReverseResolved True; }
+rev_counted() { [[ $(rev_status | awk '$7 >= 1' | wc -l) == 2 ]]; }
+check "O12 Device with spec.reverse naming the Service collector (port by name, protocol defaulted; port by number, udp): NAD carries its ClusterIP:9000, the device reaches the collector through the proxy pod's net1 (TCP, UDP), status.reverse; both and neither of service/target refused (oneOf)" o12_reverse
 
 # --- O10. fifty Devices at once: the time until all are Ready and reachable, and until all are gone -----------
 # A rig's worth of devices (OP_SCALE, default 50) on an EdgeNetwork of its

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The end-to-end checks of issues 10, 11 (e2e-operator.sh) and 13 (8b, 8c) on the kube lab (`make e2e-kube`):
+# The end-to-end checks of issues 10, 11 (e2e-operator.sh), 13 (8b, 8c) and 14 (10,
+# e2e-reverse.sh; O12) on the kube lab (`make e2e-kube`):
 # `scripts/kube-lab.sh up` (which installs edgelink: edgelink.sh), then one
 # PASS/FAIL line per check, then "N passed, M failed". The lab is brought
 # down at the end, always, unless KEEP=1. docs/kube-lab.md lists the checks.
@@ -20,6 +21,8 @@ REPO=$(cd "$HERE/../.." && pwd)
 
 KEEP=${KEEP:-}
 down() {
+  # the collector's UDP side (e2e-reverse.sh), a host process in a pod's netns
+  declare -F reverse_cleanup >/dev/null && reverse_cleanup
   if [[ -n $KEEP ]]; then
     log "KEEP=1: the lab stays up (scripts/kube-lab.sh down)"
   else
@@ -54,6 +57,12 @@ until_ok() {
   for ((i = 0; i < t * 2; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
   return 1
 }
+# is VALUE CMD...: CMD's output is VALUE (re-run at each try of until_ok)
+is() { local want=$1; shift; [[ $("$@" 2>/dev/null) == "$want" ]]; }
+# at_least N CMD...: CMD's output is a number >= N
+at_least() { local n=$1 got; shift; got=$("$@" 2>/dev/null); [[ $got =~ ^[0-9]+$ ]] && ((got >= n)); }
+# differs VALUE CMD...: CMD's output is not empty and not VALUE
+differs() { local old=$1 got; shift; got=$("$@" 2>/dev/null); [[ -n $got && $got != "$old" ]]; }
 
 DS_POD=
 ds_pod() { kc -n edgelink-system get pods -l app.kubernetes.io/component=node-daemon \
@@ -461,9 +470,14 @@ YAML
 }
 check "9 NAD with mode \"tunnel\": pod stays ContainerCreating, describe shows edgelink's message word for word" c9_bad_nad
 
-# --- O1-O9. edgelink-operator: scripts/kube-lab/e2e-operator.sh ------------------------------------------
+# --- 10. reverse forwards: the device calls a cluster Service: scripts/kube-lab/e2e-reverse.sh ---------------
+# shellcheck source=scripts/kube-lab/e2e-reverse.sh
+. "$HERE/e2e-reverse.sh"
+
+# --- O1-O12. edgelink-operator: scripts/kube-lab/e2e-operator.sh -----------------------------------------
 # shellcheck source=scripts/kube-lab/e2e-operator.sh
 . "$HERE/e2e-operator.sh"
+reverse_cleanup
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
