@@ -195,7 +195,7 @@ pub struct RunArgs {
     /// Bulk mode of TCP relays: once a wakeup finds this many bytes waiting,
     /// wait for this many (SO_RCVLOWAT, at most 1 ms) before the next one
     /// (bytes; 0: off).
-    #[arg(long, default_value = "262144", value_parser = bulk_lowat)]
+    #[arg(long, default_value = "65536", value_parser = bulk_lowat)]
     pub bulk_lowat: usize,
     /// UDP sessions idle this long are closed (seconds).
     #[arg(long, default_value = "60", value_parser = period)]
