@@ -131,9 +131,14 @@ o3_apply() {
     [[ $o == "Device/$DEV "*edgelink-operator* ]] || return 1
   done
   note "all conditions True in $((SECONDS - t0)) s; kubectl -n hil get devices:"
-  kc -n hil get devices | sed 's/^/     | /'
-  kc -n hil get devices | head -n 1 | grep -q 'NAME *NODE *ADDRESS *PORTS *READY *REACHABLE *AGE' &&
-    kc -n hil get devices | grep -Eq "^$DEV +$NODE +172\.17\.16\.120 +8080/tcp,5000/udp,80/tcp +True +True"
+  # One listing, read whole: `kubectl ... | head -n 1` under pipefail
+  # failed when head closed the pipe before kubectl had written its last
+  # line (SIGPIPE; seen once).
+  local table
+  table=$(kc -n hil get devices) || return 1
+  sed 's/^/     | /' <<<"$table"
+  grep -q '^NAME *NODE *ADDRESS *PORTS *READY *REACHABLE *AGE' <<<"$table" &&
+    grep -Eq "^$DEV +$NODE +172\.17\.16\.120 +8080/tcp,5000/udp,80/tcp +True +True" <<<"$table"
 }
 check "O3 Device $DEV: NAD, StatefulSet, Service owned by it (field manager edgelink-operator); Reconciled, Ready, DeviceReachable True; kubectl get devices" o3_apply
 
