@@ -136,7 +136,8 @@ o3_apply() {
   # line (SIGPIPE; seen once).
   local table
   table=$(kc -n hil get devices) || return 1
-  sed 's/^/     | /' <<<"$table"
+  local line
+  while IFS= read -r line; do echo "     | $line"; done <<<"$table"
   grep -q '^NAME *NODE *ADDRESS *PORTS *READY *REACHABLE *AGE' <<<"$table" &&
     grep -Eq "^$DEV +$NODE +172\.17\.16\.120 +8080/tcp,5000/udp,80/tcp +True +True" <<<"$table"
 }
