@@ -456,3 +456,29 @@ fn reverse_connections_and_sessions_survive_a_takeover_and_listeners_come_back_a
     assert_eq!(banner(&mut c).unwrap(), "broker");
     assert_eq!(echo(&mut c, b"again\n"), b"again\n");
 }
+
+#[test]
+fn a_reverse_target_in_the_segment_in_a_hand_edited_record_is_not_served() {
+    let l = reverse_lab(mqtt_and_stats(), |_| {});
+    let path = l.record_path();
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    // The plugin refuses this at ADD; the daemon checks the file again.
+    rec["reverse"][0]["target"] = json!(format!("{DEVICE_V4}:1883"));
+    let tmp = path.with_file_name(".edit.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let s = l.wait_status(Duration::from_secs(10), "the loop refused", |s| {
+        forward_of(s, "mqtt")["listener"] == "refused"
+            && forward_of(s, "stats")["listener"] == "listening"
+    });
+    let f = forward_of(&s, "mqtt");
+    assert!(
+        f["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("a loop") && e.contains(DEVICE_V4)),
+        "{f:#}"
+    );
+    // Nothing listens on net1:1883.
+    let e = device_connect(&l, DEVICE_V4, net1(&l, MQTT)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+}
