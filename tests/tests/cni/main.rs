@@ -11,6 +11,8 @@ mod ipam;
 mod lifecycle;
 mod macvlan;
 mod records;
+mod review3_node_files;
+mod review3_segment;
 mod review_plugin;
 mod runtimes;
 mod sticky_pod;

@@ -4,6 +4,7 @@
 mod harness;
 mod park;
 mod pipe;
+mod review3;
 mod tcp;
 mod tcp_edges;
 mod udp;
