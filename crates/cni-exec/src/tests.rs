@@ -44,21 +44,37 @@ fn plugin(name: &str, script: &str) -> (tempfile::TempDir, Vec<PathBuf>) {
     (d, dirs)
 }
 
+/// Run the script `fake` of `dirs`. A script just written may still be
+/// open for writing in a child another test thread forked before the
+/// write was closed (until that child's exec closes it): exec(2) then
+/// fails with ETXTBSY, and is tried again (review item 24).
 fn run(
     dirs: &[PathBuf],
     env: Environment,
     timeout: Option<Duration>,
 ) -> Result<Option<Value>, ExecError> {
-    exec(
-        &Invocation {
-            plugin: "fake",
-            dirs,
-            command: Command::Del,
-            env,
-            timeout,
-        },
-        &json!({"cniVersion": "1.0.0", "name": "n"}),
-    )
+    let mut tries = 0;
+    loop {
+        let r = exec(
+            &Invocation {
+                plugin: "fake",
+                dirs,
+                command: Command::Del,
+                env: env.clone(),
+                timeout,
+            },
+            &json!({"cniVersion": "1.0.0", "name": "n"}),
+        );
+        match r {
+            Err(ExecError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
 }
 
 #[test]
@@ -136,4 +152,30 @@ fn a_missing_plugin_names_the_directories_and_a_slow_one_is_killed() {
     .unwrap_err();
     assert!(matches!(e, ExecError::TimedOut { .. }), "{e:?}");
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}
+
+/// What another test's fork does to a script just written: it holds it
+/// open for writing a moment. exec(2) fails with ETXTBSY meanwhile, which
+/// `run` tries again; the script runs once the writer is gone.
+#[test]
+fn a_script_held_open_for_writing_runs_once_it_is_closed() {
+    let (d, dirs) = plugin("fake", "cat >/dev/null");
+    let writer = std::fs::OpenOptions::new()
+        .append(true)
+        .open(d.path().join("fake"))
+        .unwrap();
+    let direct = std::process::Command::new(d.path().join("fake")).status();
+    assert_eq!(
+        direct.map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::ExecutableFileBusy),
+        "exec while open for writing"
+    );
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        drop(writer);
+    });
+    assert!(run(&dirs, Environment::Only(vec![]), None)
+        .unwrap()
+        .is_none());
+    closer.join().unwrap();
 }

@@ -4,9 +4,11 @@
 //! `edgelink_attachment::control`.
 
 use crate::daemon::Daemon;
-use crate::fds::{self, Lease};
+use crate::fds::{self, FdReserve, Lease};
 use edgelink_attachment::Request;
+use edgelink_netns::{Netns, NetnsError};
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
@@ -117,6 +119,27 @@ async fn accept_at_limit(
     None
 }
 
+/// Open a netns for a control request. A request accepted without the fd
+/// reserve (a descriptor happened to be free) may find none left for the
+/// netns: then it takes the reserve ([`FdReserve::lease`]), which pauses
+/// the forwards and UDP sessions, and tries again (for a second at most,
+/// should a socket being made at that moment hold what was freed).
+fn open_netns(path: &Path, fds: &Arc<FdReserve>) -> Result<(Netns, Option<Lease>), NetnsError> {
+    let mut lease = None;
+    for _ in 0..40 {
+        match Netns::open(path) {
+            Err(NetnsError::Open { source, .. }) if fds::exhausted(&source) => {
+                if lease.is_none() {
+                    lease = fds.lease();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            r => return r.map(|ns| (ns, lease)),
+        }
+    }
+    Netns::open(path).map(|ns| (ns, lease))
+}
+
 /// `reap <ifindex> <name> <netns path>`: delete a link the plugin's DEL
 /// retired. Answers once the link is found and checked (its name, and the
 /// retired alias, so that nothing else is ever deleted); the deletion itself
@@ -126,7 +149,8 @@ async fn reap(d: &Arc<Daemon>, index: u32, name: String, netns: String) -> Strin
     let (tx, rx) = tokio::sync::oneshot::channel::<String>();
     let d = d.clone();
     tokio::task::spawn_blocking(move || {
-        let ns = match edgelink_netns::Netns::open(&netns) {
+        // Kept until the link is checked and deleted (a netlink socket).
+        let (ns, _lease) = match open_netns(&netns, &d.shared.fds) {
             Ok(ns) => ns,
             Err(e) => {
                 let _ = tx.send(format!("error: {e}"));

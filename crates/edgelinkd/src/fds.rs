@@ -12,12 +12,20 @@
 //! [`FD_RESERVE_MIN`] descriptors, the forwards accept nothing
 //! ([`FdReserve::paused`]), so what is freed goes to the daemon's doors
 //! and not to one more relayed connection. A reserve that is not whole is
-//! topped up before each accept of a forward.
+//! topped up before each accept of a forward. UDP sessions open their
+//! upstream sockets through [`Guarded`], which makes none while the forwards
+//! are paused: a client that keeps sending from new ports would otherwise
+//! take every descriptor the reserve frees before the request it was
+//! freed for (a `reap`'s netns) could.
 
+use edgelink_relay::SocketSource;
+use futures_util::future::BoxFuture;
 use std::fs::File;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Descriptors kept back: an accepted control connection, and what a
 /// `reap` needs (the pod's netns, a netlink socket), with room to spare.
@@ -131,6 +139,83 @@ impl FdReserve {
             held.len() < FD_RESERVE_MIN.min(self.size),
             Ordering::Release,
         );
+    }
+}
+
+/// Make a descriptor (an upstream socket) for a connection accepted before
+/// the forwards paused: not while the reserve is lent out, so that the
+/// request it is lent for gets what it frees. Waits for the pause to end
+/// (`wait` at most, then makes it all the same); one made while a lease
+/// began is closed again and made once the lease is over.
+pub async fn outside_a_lease<T, F>(
+    fds: &FdReserve,
+    wait: Duration,
+    make: impl Fn() -> F,
+) -> io::Result<T>
+where
+    F: std::future::Future<Output = io::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        while fds.paused() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(PAUSE_STEP).await;
+        }
+        let made = make().await?;
+        if !fds.paused() || tokio::time::Instant::now() >= deadline {
+            return Ok(made);
+        }
+    }
+}
+
+/// How often a paused maker looks whether the pause is over.
+const PAUSE_STEP: Duration = Duration::from_millis(10);
+
+/// A socket source that makes no UDP session socket while the forwards
+/// are paused ([`FdReserve::paused`]): the session's datagrams are dropped
+/// and counted as when the socket cannot be made (EMFILE), and the next
+/// datagram of the client tries again. Upstream TCP sockets are not held
+/// back: their connections were accepted before the pause.
+pub struct Guarded {
+    inner: Arc<dyn SocketSource>,
+    fds: Arc<FdReserve>,
+}
+
+impl Guarded {
+    pub fn wrap(inner: Arc<dyn SocketSource>, fds: &Arc<FdReserve>) -> Arc<dyn SocketSource> {
+        Arc::new(Guarded {
+            inner,
+            fds: fds.clone(),
+        })
+    }
+}
+
+fn lent_out() -> io::Error {
+    io::Error::from_raw_os_error(libc::EMFILE)
+}
+
+impl SocketSource for Guarded {
+    fn udp_socket(
+        &self,
+        target: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<std::net::UdpSocket>> {
+        if self.fds.paused() {
+            return Box::pin(async { Err(lent_out()) });
+        }
+        let made = self.inner.udp_socket(target);
+        let fds = self.fds.clone();
+        Box::pin(async move {
+            let s = made.await?;
+            // Paused while it was being made: closed again at once, so the
+            // request the reserve is lent for gets the descriptor.
+            if fds.paused() {
+                return Err(lent_out());
+            }
+            Ok(s)
+        })
+    }
+
+    fn tcp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<socket2::Socket>> {
+        self.inner.tcp_socket(target)
     }
 }
 

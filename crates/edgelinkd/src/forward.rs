@@ -226,7 +226,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                 };
                 let mut stop = ctx.stop.clone();
                 let fr = f.clone();
-                let source: Arc<dyn edgelink_relay::SocketSource> = ctx.factory.clone();
+                let source = crate::fds::Guarded::wrap(ctx.factory.clone(), &ctx.shared.fds);
                 let target: edgelink_relay::UdpTarget = match f.reverse.clone() {
                     Some(r) => edgelink_relay::UdpTarget::Dynamic(Arc::new(move || r.target())),
                     None => spec.target.into(),
@@ -789,10 +789,10 @@ async fn connect_retrying(ctx: &Ctx) -> std::io::Result<tokio::net::TcpStream> {
 }
 
 async fn connect(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
-    let sock = ctx.factory.tcp(target.is_ipv6()).await?;
-    let std: std::net::TcpStream = sock.into();
-    let sock = tokio::net::TcpSocket::from_std_stream(std);
     let timeout = Duration::from_millis(ctx.forward.spec.connect_timeout_ms);
+    let make = || ctx.factory.tcp(target.is_ipv6());
+    let sock = crate::fds::outside_a_lease(&ctx.shared.fds, timeout, make).await?;
+    let sock = tokio::net::TcpSocket::from_std_stream(sock.into());
     match tokio::time::timeout(timeout, sock.connect(target)).await {
         Ok(r) => r,
         Err(_) => Err(std::io::Error::new(
