@@ -79,6 +79,27 @@ pub struct Record {
     /// only there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_namespace: Option<u64>,
+    /// The network namespace `netns` named when the plugin wrote the
+    /// record. A path can come to name another one (a `/proc/<pid>` whose
+    /// PID was reused, after a reboot or not): the daemon serves a record
+    /// only in the namespace it was written for. Absent in records written
+    /// before it existed (served wherever the path points, as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_id: Option<NetnsId>,
+    /// The boot the record was written in ([`boot_id`]): a record of an
+    /// earlier boot names a pod that is gone, whatever its path names now.
+    /// Absent in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+/// A network namespace as the kernel tells them apart: the device and
+/// inode of its nsfs file (`stat` of `/proc/<pid>/ns/net` or of a bind
+/// mount of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetnsId {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 impl Record {
@@ -104,6 +125,15 @@ impl Record {
 pub fn own_pid_namespace() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// This boot's ID (`/proc/sys/kernel/random/boot_id`, one per boot of the
+/// kernel, the same in every namespace); `None` where it cannot be read.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 #[derive(Debug, thiserror::Error)]

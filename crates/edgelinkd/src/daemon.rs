@@ -22,6 +22,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
+mod provenance;
+
 pub type Key = (String, String);
 
 /// One attachment being served.
@@ -395,7 +397,12 @@ impl Daemon {
         // Reclaim records whose netns is gone; start the new ones.
         for (k, rec) in records {
             let running = self.map().get(&k).map(|a| a.netns_id);
-            match Netns::open(&rec.netns) {
+            let opened = Netns::open(&rec.netns);
+            if let Some(why) = provenance::elsewhere(&rec, &opened) {
+                changed |= self.not_its_namespace(&k, &rec, &why).await;
+                continue;
+            }
+            match opened {
                 Ok(ns) => {
                     let id = ns.id().ok();
                     if let Some(old) = running {
@@ -471,16 +478,6 @@ impl Daemon {
         }
         *w = now;
         true
-    }
-
-    /// Whether a netns path of `rec` that cannot be opened means the pod is
-    /// gone. A `/proc/<pid>/ns/net` path (cri-dockerd gives those) names a
-    /// PID of the plugin's PID namespace; a daemon in another one (no
-    /// hostPID) would take every live pod for gone.
-    fn sees_pids_of(&self, rec: &Record) -> bool {
-        !rec.netns.starts_with("/proc/")
-            || rec.pid_namespace.is_none()
-            || rec.pid_namespace == edgelink_attachment::own_pid_namespace()
     }
 
     /// The pod is gone without a DEL and its IPAM is delegated: with

@@ -96,6 +96,8 @@ mod tests {
             created_at: 0,
             cni_config: config,
             pid_namespace: None,
+            netns_id: None,
+            boot_id: None,
         }
     }
 

@@ -1,1 +1,142 @@
 //! Third review (issue 20), items 6, 13, 24 and the read items 80, 83: memory and descriptor bounds, records from another boot or namespace, queued clients of a removed attachment.
+
+use crate::lab::*;
+use edgelink_tests::*;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+/// Replace the record file at `path` atomically by `edit` of its content.
+fn rewrite(path: &Path, edit: impl FnOnce(&mut Value)) {
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(&mut rec);
+    let tmp = path.with_file_name(".edit.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Listening TCP sockets on `port` in `ns`.
+fn listeners(ns: &Netns, port: u16) -> String {
+    let out = ns.exec(&["ss", "-Hltn", &format!("sport = :{port}")]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A process that lives in `ns` until dropped: its `/proc/<pid>/ns/net`
+/// names `ns`, as a reused PID would name another pod's namespace.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn new(ns: &Netns) -> Sleeper {
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns.name, "sleep", "120"])
+            .spawn()
+            .expect("spawn sleep");
+        Sleeper(child)
+    }
+
+    fn netns_path(&self) -> String {
+        format!("/proc/{}/ns/net", self.0.id())
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Review item 13: ADD writes the boot and the namespace into the record.
+/// The record's path made to name another namespace (as a
+/// `/proc/<pid>/ns/net` whose PID now belongs to another process): the
+/// daemon opens nothing there, and reclaims the pod (its address, its
+/// record), whose namespace it can no longer reach.
+#[test]
+fn a_record_whose_path_names_another_namespace_now_is_not_served_there() {
+    let l = DLab::with(Opts {
+        fast_reconcile: true,
+        ..Opts::default()
+    });
+    let path = l.record_path();
+    let rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(rec["bootId"], boot.trim(), "{rec:#}");
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(l.pod.path()).unwrap().ino()
+    };
+    assert_eq!(rec["netnsId"]["ino"], ino, "{rec:#}");
+
+    let other = Sleeper::new(&l.client);
+    // Wait for `ip netns exec` to have entered the namespace.
+    let ino_of = |p: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|m| m.ino()).ok()
+    };
+    let client = l.client.path();
+    assert!(
+        wait_until(Duration::from_secs(5), || ino_of(&other.netns_path())
+            == ino_of(&client)),
+        "the sleeper never entered the client namespace"
+    );
+    rewrite(&path, |r| r["netns"] = Value::String(other.netns_path()));
+    let reclaimed = wait_until(Duration::from_secs(10), || l.released());
+    assert!(
+        reclaimed,
+        "not reclaimed; listening in the other namespace: {:?}; status: {:#}",
+        listeners(&l.client, API),
+        l.status()["attachments"]
+    );
+    assert_eq!(listeners(&l.client, API), "", "served in another namespace");
+    l.wait_status(Duration::from_secs(5), "the reclaim counted", |s| {
+        s["reclaimedTotal"] == 1 && s["attachments"].as_array().is_some_and(|a| a.is_empty())
+    });
+    // The pod's own listeners went with it.
+    assert!(l.refused(API), "the pod's forward still listens");
+}
+
+/// Review item 13: a record of an earlier boot names a pod that is gone,
+/// even where its path opens (here the pod's namespace itself, the worst
+/// case): not served, reclaimed.
+#[test]
+fn a_record_of_another_boot_is_not_served_and_is_reclaimed() {
+    let l = DLab::with(Opts {
+        fast_reconcile: true,
+        ..Opts::default()
+    });
+    let path = l.record_path();
+    rewrite(&path, |r| {
+        r["bootId"] = Value::String("00000000-0000-4000-8000-000000000000".into())
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || l.released()),
+        "a record of another boot was kept: {:#}",
+        l.status()["attachments"]
+    );
+    l.wait_status(Duration::from_secs(5), "nothing served", |s| {
+        s["attachments"].as_array().is_some_and(|a| a.is_empty()) && s["reclaimedTotal"] == 1
+    });
+    assert!(l.refused(API), "the forward still listens");
+}
+
+/// The rule for records written before `bootId` and `netnsId` existed:
+/// served wherever their path points, as before (docs/architecture.md).
+#[test]
+fn a_record_without_boot_or_namespace_is_served_as_before() {
+    let l = DLab::with(Opts {
+        fast_reconcile: true,
+        ..Opts::default()
+    });
+    let path = l.record_path();
+    rewrite(&path, |r| {
+        let o = r.as_object_mut().unwrap();
+        o.remove("bootId");
+        o.remove("netnsId");
+    });
+    // Several passes (--reconcile-interval 1).
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(path.exists(), "the old record was reclaimed");
+    l.wait_serving();
+    l.echo_once(b"old record\n");
+    assert_eq!(l.status()["reclaimedTotal"], 0);
+}

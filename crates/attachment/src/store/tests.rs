@@ -13,6 +13,8 @@ thread_local! {
 fn rec(cid: &str) -> Record {
     Record {
         pid_namespace: None,
+        netns_id: None,
+        boot_id: None,
         version: RECORD_VERSION,
         container_id: cid.into(),
         ifname: "net1".into(),

@@ -182,6 +182,12 @@ fn add(
     }
     let record = Record {
         pid_namespace: edgelink_attachment::own_pid_namespace(),
+        netns_id: env
+            .netns
+            .as_ref()
+            .and_then(|p| edgelink_netns::Netns::open(p).ok()?.id().ok())
+            .map(|(dev, ino)| edgelink_attachment::NetnsId { dev, ino }),
+        boot_id: edgelink_attachment::boot_id(),
         version: RECORD_VERSION,
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
