@@ -140,6 +140,36 @@ fn pipe_size(s: &str) -> Result<usize, String> {
     Ok(v)
 }
 
+fn pipe_budget(s: &str) -> Result<usize, String> {
+    let v: usize = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    if v > 1 << 40 {
+        return Err(format!("{v} is above 1099511627776 bytes"));
+    }
+    Ok(v)
+}
+
+fn socket_buffer(s: &str) -> Result<usize, String> {
+    let v: usize = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    if v != 0 && !(4096..=64 << 20).contains(&v) {
+        return Err(format!("{v} is neither 0 nor in 4096..=67108864 bytes"));
+    }
+    Ok(v)
+}
+
+impl RunArgs {
+    /// Splice pipes in use at once at most (`--pipe-budget`; 0: no bound).
+    pub fn pipes_at_most(&self) -> usize {
+        match self.pipe_budget {
+            0 => 0,
+            b => (b / self.pipe_size.max(1)).max(1),
+        }
+    }
+}
+
 fn bulk_lowat(s: &str) -> Result<usize, String> {
     let v: usize = s
         .parse()
@@ -192,6 +222,16 @@ pub struct RunArgs {
     /// Size of each splice pipe, in bytes.
     #[arg(long, default_value = "1048576", value_parser = pipe_size)]
     pub pipe_size: usize,
+    /// In-flight byte budget of all TCP relays: splice pipes in use at once
+    /// at most times `--pipe-size` (bytes; 0: no budget). A direction that
+    /// finds it spent copies its bytes through a 16 KiB buffer instead.
+    #[arg(long, default_value = "268435456", value_parser = pipe_budget)]
+    pub pipe_budget: usize,
+    /// SO_SNDBUF and SO_RCVBUF of both legs of every relayed TCP
+    /// connection (bytes; the kernel doubles it for its bookkeeping; 0:
+    /// the kernel's autotuning, up to net.ipv4.tcp_rmem/tcp_wmem).
+    #[arg(long, default_value = "262144", value_parser = socket_buffer)]
+    pub socket_buffer: usize,
     /// Bulk mode of TCP relays: once a wakeup finds this many bytes waiting,
     /// wait for this many (SO_RCVLOWAT, at most 1 ms) before the next one
     /// (bytes; 0: off).

@@ -161,7 +161,7 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(args: RunArgs, node: String, workers: Arc<Workers>) -> Arc<Daemon> {
         let args_instance = args.instance_id.clone();
-        let pipes = PipePool::new(args.pipe_size, 256);
+        let pipes = PipePool::bounded(args.pipe_size, 256, args.pipes_at_most());
         let shared = Arc::new(Shared {
             args: args.clone(),
             pipes: pipes.clone(),

@@ -196,6 +196,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
                     w,
                     async move {
                         // Registered with this worker's runtime: here.
+                        sockopt::cap_buffers(&std, c.shared.args.socket_buffer);
                         let registered = std
                             .set_nonblocking(true)
                             .and_then(|()| tokio::net::TcpListener::from_std(std));
@@ -792,6 +793,7 @@ async fn connect(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::T
     let timeout = Duration::from_millis(ctx.forward.spec.connect_timeout_ms);
     let make = || ctx.factory.tcp(target.is_ipv6());
     let sock = crate::fds::outside_a_lease(&ctx.shared.fds, timeout, make).await?;
+    sockopt::cap_buffers(&sock, ctx.shared.args.socket_buffer);
     let sock = tokio::net::TcpSocket::from_std_stream(sock.into());
     match tokio::time::timeout(timeout, sock.connect(target)).await {
         Ok(r) => r,

@@ -166,6 +166,36 @@ fn the_daemonset_runs_edgelinkd_with_what_it_uses() {
 }
 
 /// The environment variable `edgelinkd run --instance-id` reads.
+/// Review item 6: what TCP clients that never read can make the daemon
+/// hold with the DaemonSet's args fits its memory limit, with room for the
+/// daemon itself (docs/configuration.md, "Memory").
+#[test]
+fn the_daemonsets_connection_bounds_fit_its_memory_limit() {
+    let ds = daemonset();
+    let c = container(&ds["spec"]["template"]["spec"], "containers", "edgelinkd");
+    let mut argv = strings(&c["command"]);
+    argv.extend(strings(&c["args"]));
+    let Ok(Cli {
+        command: Command::Run(a),
+        ..
+    }) = Cli::try_parse_from(&argv)
+    else {
+        panic!("{argv:?}");
+    };
+    let limit = c["resources"]["limits"]["memory"].as_str().unwrap();
+    let limit: u64 = limit.strip_suffix("Mi").unwrap().parse::<u64>().unwrap() << 20;
+    assert!(
+        a.max_connections > 0 && a.socket_buffer > 0 && a.pipe_budget > 0,
+        "{argv:?}"
+    );
+    let per_conn = 4 * 2 * a.socket_buffer as u64 + 2 * 16 * 1024;
+    let bound = u64::from(a.max_connections) * per_conn + a.pipe_budget as u64;
+    assert!(
+        bound + (64 << 20) <= limit,
+        "{bound} + 64 MiB above the limit {limit}"
+    );
+}
+
 fn instance_id_env() -> Option<String> {
     use clap::CommandFactory;
     let cli = Cli::command();

@@ -46,6 +46,24 @@ pub fn grow_rcvbuf(s: &socket2::Socket, bytes: usize) {
     }
 }
 
+/// Cap a TCP socket's send and receive buffers at `bytes` (the kernel
+/// doubles the value for its bookkeeping and stops autotuning them); 0
+/// leaves them to the kernel. On a listener, before connections arrive:
+/// accepted sockets inherit both (and the window scale follows). What a
+/// client that never reads can make the daemon hold is bounded by it
+/// (docs/configuration.md, "Memory").
+pub fn cap_buffers(s: &impl AsRawFd, bytes: usize) {
+    if bytes == 0 {
+        return;
+    }
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        if let Err(e) = set_int(s.as_raw_fd(), libc::SOL_SOCKET, opt, v) {
+            tracing::debug!(error = %e, "cannot cap a socket buffer");
+        }
+    }
+}
+
 /// Make accepted connections remember their ingress interface.
 pub fn enable_pktinfo(s: &impl AsRawFd, v6: bool) -> io::Result<()> {
     if v6 {

@@ -28,6 +28,9 @@ pub struct PipePool {
     reused: AtomicU64,
     undersized: AtomicU64,
     in_use: AtomicU64,
+    /// Pipes handed out at once at most (0: no bound): the relays'
+    /// in-flight byte budget, `max_in_use * pipe_size`.
+    max_in_use: u64,
 }
 
 /// A snapshot of a pool's counters.
@@ -74,7 +77,15 @@ impl PipePool {
     /// limited (fs.pipe-user-pages-soft, 64 MiB by default): idle pipes count
     /// too, so keep `max_idle * pipe_size` well below it.
     pub fn new(pipe_size: usize, max_idle: usize) -> Arc<PipePool> {
+        PipePool::bounded(pipe_size, max_idle, 0)
+    }
+
+    /// [`PipePool::new`] that hands out at most `max_in_use` pipes at once
+    /// (0: no bound): beyond it [`PipePool::acquire`] fails with ENOMEM,
+    /// and a relay direction copies through a small buffer instead.
+    pub fn bounded(pipe_size: usize, max_idle: usize, max_in_use: usize) -> Arc<PipePool> {
         Arc::new(PipePool {
+            max_in_use: max_in_use as u64,
             pipe_size,
             max_idle,
             idle: Mutex::new(Vec::with_capacity(max_idle.min(1024))),
@@ -92,17 +103,25 @@ impl PipePool {
 
     /// An empty pipe: an idle one, or a new one. A pipe that cannot be
     /// enlarged to `pipe_size` is still returned, at the kernel's size, and
-    /// counted as undersized. Fails only when pipe2(2) fails (EMFILE, ENFILE).
+    /// counted as undersized. Fails when pipe2(2) fails (EMFILE, ENFILE),
+    /// and with ENOMEM when the pool's bound ([`PipePool::bounded`]) is
+    /// reached.
     pub fn acquire(&self) -> io::Result<Pipe<'_>> {
+        let taken = self.in_use.fetch_add(1, Ordering::Relaxed);
+        if self.max_in_use > 0 && taken >= self.max_in_use {
+            self.in_use.fetch_sub(1, Ordering::Relaxed);
+            return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+        }
         let pooled = self.lock_idle().pop();
         let fds = match pooled {
             Some(fds) => {
                 self.reused.fetch_add(1, Ordering::Relaxed);
                 fds
             }
-            None => self.create()?,
+            None => self.create().inspect_err(|_| {
+                self.in_use.fetch_sub(1, Ordering::Relaxed);
+            })?,
         };
-        self.in_use.fetch_add(1, Ordering::Relaxed);
         Ok(Pipe {
             pool: self,
             fds: Some(fds),
