@@ -23,6 +23,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 mod provenance;
+mod relisten;
 
 pub type Key = (String, String);
 
@@ -194,28 +195,10 @@ impl Daemon {
         })
     }
 
-    /// Worker `slot` died and was replaced: the listeners it held are gone
-    /// with it, so every forward that was listening starts again, whole
-    /// (on every worker), on the next pass. Connections on the other
-    /// workers go on.
-    pub fn worker_died(&self, slot: usize) {
-        self.listen_again(&format!("worker {slot} died: listening again"));
-        self.worker_replacements.fetch_add(1, Ordering::Relaxed);
-        self.nudge.notify_one();
-    }
-
     /// Every relay forward that was listening starts again on the next
     /// pass (from what the hand-over lot holds for it, if anything).
     pub fn listen_again(&self, why: &str) {
-        for a in self.map().values() {
-            // The kernel path's forwards have no listener on a worker.
-            for f in a.forwards.iter().filter(|f| f.spec.path.is_relay()) {
-                if f.lock().listener == "listening" {
-                    f.error(why);
-                    f.set_listener("failed");
-                }
-            }
-        }
+        self.listen_again_on(None, why);
     }
 
     /// No reconcile pass runs while this is held (a hand-over).

@@ -143,7 +143,7 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     let on: Vec<usize> = if stream {
         (0..workers.len()).collect()
     } else {
-        vec![usize::from(spec.port) % workers.len()]
+        vec![workers.for_udp(spec.port)]
     };
     // Handed over (another daemon's, or ours after a hand-over that
     // failed): its sockets, as they are, instead of new ones.

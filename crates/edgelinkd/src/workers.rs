@@ -102,6 +102,12 @@ impl Workers {
         self.slots.len()
     }
 
+    /// The worker that serves the UDP forward on `port`: one, so that its
+    /// session table stays whole; the forwards spread by port.
+    pub fn for_udp(&self, port: u16) -> usize {
+        usize::from(port) % self.len().max(1)
+    }
+
     fn slot(&self, i: usize) -> std::sync::MutexGuard<'_, Worker> {
         self.slots[i % self.slots.len()]
             .lock()

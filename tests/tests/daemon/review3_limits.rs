@@ -240,3 +240,55 @@ fn clients_that_never_read_pin_no_more_than_the_caps_allow() {
     // Another client is still served, its bytes copied if no pipe is left.
     l.echo_once(b"still served\n");
 }
+
+/// Read item (reliability.md 80): a worker that dies takes its listeners
+/// with it, and only the forwards it served start again. The UDP forward
+/// lives on another worker (port 5000 % 3 workers = worker 2; SIGUSR2
+/// kills worker 0): its session, and the session's upstream socket, stay.
+#[test]
+fn a_dead_worker_leaves_the_udp_sessions_of_the_other_workers_alone() {
+    let l = DLab::with(Opts {
+        flags: &["--workers", "3", "--reconcile-interval", "0.2"],
+        ..Default::default()
+    });
+    let u = UdpClient::new(&l.client, CLIENT_IP, pod_addr(UDP));
+    assert_eq!(u.echo(b"before"), b"before");
+    let upstream = || {
+        let out = l.pod.exec(&["ss", "-Hun", "state", "established"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let before = upstream();
+    assert!(!before.is_empty(), "no upstream socket for the session");
+    l.daemon
+        .as_ref()
+        .unwrap()
+        .signal(nix::sys::signal::Signal::SIGUSR2);
+    l.wait_status(
+        Duration::from_secs(10),
+        "worker replaced, all listening",
+        |s| {
+            s["workerReplacementsTotal"] == 1
+                && s["attachments"][0]["forwards"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().all(|f| f["listener"] == "listening"))
+        },
+    );
+    // A pass has run since (every 0.2 s): what it restarted, it restarted.
+    std::thread::sleep(Duration::from_millis(600));
+    let t = l.forward("telemetry");
+    assert_eq!(t["udpSessions"], 1, "the session was dropped: {t:#}");
+    assert_eq!(upstream(), before, "the session's upstream socket changed");
+    assert_eq!(u.echo(b"after"), b"after");
+    let t = l.forward("telemetry");
+    assert_eq!(t["udpSessionsTotal"], 1, "a new session was made: {t:#}");
+    // The TCP forwards lost a listener with the worker: back on all three.
+    assert!(wait_until(Duration::from_secs(5), || l
+        .pod
+        .exec(&["ss", "-Hltn", &format!("sport = :{API}")])
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|x| !x.is_empty())
+        .count()
+        == 6));
+    l.echo_once(b"tcp after\n");
+}
