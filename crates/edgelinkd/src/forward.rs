@@ -570,10 +570,13 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: 
     let park = ctx.shared.lot.token().child_token();
     // Admission under `maxConnections` (first in, first out; the permit is
     // held until the relay ends), then the connect. A hand-over meanwhile
-    // takes the client as it is: the next daemon does both again.
+    // takes the client as it is: the next daemon does both again. The
+    // attachment gone meanwhile: reset, the target never dialed.
+    let mut close = ctx.close.clone();
     let setup = tokio::select! {
         biased;
         () = park.cancelled() => None,
+        _ = close.wait_for(|c| *c) => Some(Setup::Refused),
         r = admit_and_connect(&ctx, &client) => Some(r),
     };
     let Some(setup) = setup else {

@@ -292,3 +292,65 @@ fn a_dead_worker_leaves_the_udp_sessions_of_the_other_workers_alone() {
         == 6));
     l.echo_once(b"tcp after\n");
 }
+
+/// Read item (reliability.md 83): a client waiting in a forward's queue
+/// when its attachment is removed (its record gone) is reset, and the device never
+/// sees it; before, it was admitted when the relayed connections ended
+/// and dialed the device once.
+#[test]
+fn a_queued_client_of_a_removed_attachment_never_reaches_the_device() {
+    let mut l = DLab::with(Opts {
+        add: false,
+        ..Default::default()
+    });
+    let observe = l.conf["forwards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|f| f["name"] == "observe")
+        .unwrap();
+    l.conf["forwards"][observe]["maxConnections"] = serde_json::json!(1);
+    l.add();
+    l.wait_serving();
+    let mut first = l.connect(OBSERVE).expect("connect to observe");
+    first.write_all(b"first").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || l.forward("observe")
+            ["activeConnections"]
+            == 1),
+        "the first client was not relayed"
+    );
+    let mut queued = l.connect(OBSERVE).expect("connect to observe");
+    queued.write_all(b"queued").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || l.forward("observe")["queued"]
+            == 1),
+        "not queued: {:#}",
+        l.forward("observe")
+    );
+    // The record goes (the daemon's side of a DEL; the plugin's DEL also
+    // takes net1 away, and with it any path to the device to observe).
+    std::fs::remove_file(l.record_path()).unwrap();
+    // The relayed one ends with the attachment; the device notes it.
+    assert!(
+        wait_until(Duration::from_secs(10), || !l
+            .seen
+            .observed
+            .lock()
+            .unwrap()
+            .is_empty()),
+        "the relayed connection did not end"
+    );
+    queued
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(read_end(&mut queued), Ended::Reset);
+    // Whatever the daemon did with the queued client is done by now.
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = l.seen.observed.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        1,
+        "the device saw the queued client of a removed attachment: {seen:?}"
+    );
+}
