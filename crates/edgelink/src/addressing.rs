@@ -4,8 +4,8 @@
 use crate::config::{Config, Ipam};
 use crate::delegate;
 use crate::error::{Errors, PluginError};
-use edgelink_cni_spec::{codes, CniError, CniResult, Command, Dns, Env, IpConfig, Route};
 use crate::node::NodePolicy;
+use edgelink_cni_spec::{codes, CniError, CniResult, Command, Dns, Env, IpConfig, Route};
 use edgelink_ipam::{Owner, Ownership, Store};
 use serde_json::Value;
 use std::collections::HashSet;

@@ -67,7 +67,11 @@ mod tests {
     #[test]
     fn only_the_node_directory_is_accepted() {
         let node = Path::new("/var/lib/edgelink");
-        for ok in ["/var/lib/edgelink", "/var/lib/edgelink/", "/var//lib/edgelink"] {
+        for ok in [
+            "/var/lib/edgelink",
+            "/var/lib/edgelink/",
+            "/var//lib/edgelink",
+        ] {
             assert!(check_state_dir(ok, node).is_ok(), "{ok}");
         }
         for bad in [

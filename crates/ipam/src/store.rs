@@ -45,11 +45,11 @@ use pool::Pool;
 use writer::Pick;
 
 pub use error::IpamError;
-pub use owner::Ownership;
 pub use gc::{
     release_all_but, release_all_except, release_all_except_with_grace, GcReport, GC_GRACE,
     STICKY_TTL,
 };
+pub use owner::Ownership;
 
 /// Who holds a reservation: the attachment (container ID, ifname) and, for
 /// sticky addresses and diagnostics, the pod.

@@ -11,7 +11,11 @@ const NET: &str = "plant-floor";
 /// veth, bridge or other link added on the node, no reservation, no record.
 fn nothing_left(lab: &Lab, pod: &Netns, keep: &[&str]) {
     assert_eq!(pod.links(), vec!["lo".to_string()], "pod links");
-    assert_eq!(lab.node_extra_links(keep), Vec::<String>::new(), "node links");
+    assert_eq!(
+        lab.node_extra_links(keep),
+        Vec::<String>::new(),
+        "node links"
+    );
     assert!(lab.reserved(NET).is_empty(), "{:?}", lab.reserved(NET));
     assert!(lab.records().is_empty(), "{:?}", lab.records());
 }
@@ -64,7 +68,10 @@ impl Trap {
             std::fs::read_to_string(&self.secret).unwrap(),
             "root's own\n"
         );
-        assert!(self.chosen.join("config").exists(), "a file of root's deleted");
+        assert!(
+            self.chosen.join("config").exists(),
+            "a file of root's deleted"
+        );
     }
 }
 
@@ -136,7 +143,10 @@ fn links_in_the_nodes_store_are_never_followed() {
         .run(&lab.node, &conf)
         .err();
     assert_eq!(code, 5, "{msg}");
-    assert!(msg.contains("sticky") && msg.contains("symbolic link"), "{msg}");
+    assert!(
+        msg.contains("sticky") && msg.contains("symbolic link"),
+        "{msg}"
+    );
     trap.intact();
     nothing_left(&lab, &pod, &["edge0"]);
 }
@@ -147,13 +157,29 @@ fn links_in_the_nodes_store_are_never_followed() {
 /// The node's "primary" interface in the lab: an address and the default
 /// route, as eth0 has them on a node.
 fn primary(lab: &Lab) {
+    lab.node.ip(&[
+        "link",
+        "add",
+        "nodeeth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "nodeeth0p",
+    ]);
     lab.node
-        .ip(&["link", "add", "nodeeth0", "type", "veth", "peer", "name", "nodeeth0p"]);
-    lab.node.ip(&["addr", "add", "10.99.0.2/24", "dev", "nodeeth0"]);
+        .ip(&["addr", "add", "10.99.0.2/24", "dev", "nodeeth0"]);
     lab.node.ip(&["link", "set", "nodeeth0", "up"]);
     lab.node.ip(&["link", "set", "nodeeth0p", "up"]);
-    lab.node
-        .ip(&["route", "add", "default", "via", "10.99.0.1", "dev", "nodeeth0"]);
+    lab.node.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.99.0.1",
+        "dev",
+        "nodeeth0",
+    ]);
 }
 
 #[test]
@@ -183,8 +209,16 @@ fn uplinks_and_bridges_the_node_does_not_allow_are_refused() {
     gateway.as_object_mut().unwrap().remove("uplink");
     gateway["isGateway"] = json!(true);
     let cases: [(&str, &Value, &str); 3] = [
-        ("the primary NIC enslaved, its address moved", &takeover, "\"nodeeth0\""),
-        ("a macvlan on the node's underlay", &underlay, "\"nodeeth0\""),
+        (
+            "the primary NIC enslaved, its address moved",
+            &takeover,
+            "\"nodeeth0\"",
+        ),
+        (
+            "a macvlan on the node's underlay",
+            &underlay,
+            "\"nodeeth0\"",
+        ),
         ("isGateway on the node's bridge", &gateway, "\"cni0\""),
     ];
     for (what, conf, name) in cases {
@@ -194,7 +228,11 @@ fn uplinks_and_bridges_the_node_does_not_allow_are_refused() {
         assert_eq!(code, 7, "{what}: {msg}");
         assert!(msg.contains(name) && msg.contains(&policy), "{what}: {msg}");
         nothing_left(&lab, &pod, &keep);
-        assert_eq!(lab.node.ip(&["-4", "-o", "addr", "show"]), node_before, "{what}");
+        assert_eq!(
+            lab.node.ip(&["-4", "-o", "addr", "show"]),
+            node_before,
+            "{what}"
+        );
         assert_eq!(lab.node.ip(&["route", "show"]), routes_before, "{what}");
         assert_eq!(lab.node.master_of("nodeeth0"), None, "{what}");
         Call::new("DEL", "pol1", Some(&p), "net1")
@@ -234,7 +272,10 @@ fn a_node_policy_others_may_write_is_refused() {
         .run(&lab.node, &conf)
         .err();
     assert_eq!(code, 7, "{msg}");
-    assert!(msg.contains("node-policy.json") && msg.contains("writable"), "{msg}");
+    assert!(
+        msg.contains("node-policy.json") && msg.contains("writable"),
+        "{msg}"
+    );
     nothing_left(&lab, &pod, &[]);
     std::fs::remove_file(&file).unwrap();
     let other = lab.state.path().join("elsewhere.json");

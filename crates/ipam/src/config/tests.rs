@@ -509,7 +509,11 @@ fn one_range_set_per_family() {
     assert_err(
         json!({ "ranges": sets }),
         "ipam.ranges[1]",
-        &["second IPv4 range set", "ipam.ranges[0]", "one range set per address family"],
+        &[
+            "second IPv4 range set",
+            "ipam.ranges[0]",
+            "one range set per address family",
+        ],
     );
     assert_err(
         json!({"ranges": [[{"subnet": "fd00::/64"}], [{"subnet": "10.0.0.0/24"}], [{"subnet": "fd01::/64"}]]}),

@@ -89,7 +89,8 @@ impl StoreLock<'_> {
             let Some(ip) = entry.file_name().to_str().and_then(disk_ip_name) else {
                 continue;
             };
-            if let Read::Found(r) = disk::read_json::<Reservation>(&self.store.layout.ip_file(ip))? {
+            if let Read::Found(r) = disk::read_json::<Reservation>(&self.store.layout.ip_file(ip))?
+            {
                 if let Some(ns) = r.pod_namespace.filter(|ns| !ns.is_empty()) {
                     out.insert(ns);
                 }

@@ -65,7 +65,11 @@ fn hints_and_reads_never_follow_a_link_and_gc_removes_only_the_link() {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     v.intact();
     for l in [&cursor, &sticky, &env.dir().join("10.0.0.14")] {
-        assert!(std::fs::symlink_metadata(l).is_err(), "{} left", l.display());
+        assert!(
+            std::fs::symlink_metadata(l).is_err(),
+            "{} left",
+            l.display()
+        );
     }
 }
 
@@ -96,7 +100,8 @@ fn a_store_belongs_to_the_namespace_of_its_first_pod() {
     let lock = env.store.lock(Duration::from_secs(5)).unwrap();
     assert_eq!(lock.check_owner("hil").unwrap(), Ownership::Claimable);
     drop(lock);
-    env.alloc(&small(), &pod("c1", "net1", "hil", "p1")).unwrap();
+    env.alloc(&small(), &pod("c1", "net1", "hil", "p1"))
+        .unwrap();
     let lock = env.store.lock(Duration::from_secs(5)).unwrap();
     lock.record_owner("hil").unwrap();
     assert_eq!(lock.owner().unwrap().as_deref(), Some("hil"));
@@ -114,7 +119,8 @@ fn a_store_belongs_to_the_namespace_of_its_first_pod() {
     drop(lock);
     // A store from before owners were recorded: its holders decide.
     let env = Env::new();
-    env.alloc(&small(), &pod("c2", "net1", "hil", "p2")).unwrap();
+    env.alloc(&small(), &pod("c2", "net1", "hil", "p2"))
+        .unwrap();
     let lock = env.store.lock(Duration::from_secs(5)).unwrap();
     assert!(lock.check_owner("evil").is_err());
     assert_eq!(lock.check_owner("hil").unwrap(), Ownership::Claimable);
