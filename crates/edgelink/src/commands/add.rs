@@ -5,6 +5,7 @@ use crate::addressing::{self, Assigned};
 use crate::config::{Config, Ipam, Mode};
 use crate::driver::{self, bridge, macvlan};
 use crate::error::{NetlinkContext, PluginError};
+use crate::node::NodePolicy;
 use crate::{lock, names};
 use edgelink_attachment::{nudge_daemon, Record, RecordInterface, RecordStore, RECORD_VERSION};
 use edgelink_cni_spec::{CniResult, Env, Interface};
@@ -38,6 +39,9 @@ fn debug_stall(point: &str) {
 pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
     let netns_path = env.netns.as_ref().expect("Env checks CNI_NETNS for ADD");
     tracing::debug!("ADD start");
+    // What this node lets a config name (uplinks, bridges), read before
+    // anything is touched.
+    let policy = NodePolicy::load(&cfg.state_dir)?;
     let pod_ns = Netns::open(netns_path)?;
     let mut node = Handle::new().ctx(|| "open netlink in the node namespace".into())?;
     let mut pod = pod_ns
@@ -56,7 +60,7 @@ pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
     driver::ensure_ifname_free(&mut pod, &env.ifname, &netns_path.display().to_string())?;
 
     let mut done = Done::default();
-    match add(cfg, env, &pod_ns, &mut node, &mut pod, &mut done) {
+    match add(cfg, env, &policy, &pod_ns, &mut node, &mut pod, &mut done) {
         Ok(v) => Ok(v),
         Err(e) => {
             tracing::warn!(error = %e, "ADD failed, rolling back");
@@ -69,6 +73,7 @@ pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
 fn add(
     cfg: &Config,
     env: &Env,
+    policy: &NodePolicy,
     pod_ns: &Netns,
     node: &mut Handle,
     pod: &mut Handle,
@@ -79,7 +84,7 @@ fn add(
         Mode::Bridge(b) => {
             let _guard = lock::lock(&cfg.state_dir, &format!("bridge-{}", b.name))?;
             let mut undo = bridge::Undo::default();
-            let prepared = bridge::prepare(node, b, cfg.mtu, &mut undo);
+            let prepared = bridge::prepare(node, b, cfg.mtu, &mut undo, policy);
             done.bridge_undo = Some(undo);
             let (br, mtu) = prepared?;
             done.host_veth = Some(names::host_veth(&env.container_id, &env.ifname));
@@ -88,7 +93,7 @@ fn add(
             (podl, vec![br, host])
         }
         Mode::Macvlan(m) => {
-            let uplink = macvlan::prepare(node, m, cfg.mtu)?;
+            let uplink = macvlan::prepare(node, m, cfg.mtu, policy)?;
             let l = macvlan::attach(
                 node,
                 pod,
@@ -129,7 +134,7 @@ fn add(
         answered
     };
     done.ipam = !matches!(cfg.ipam, Ipam::None);
-    let assigned: Assigned = addressing::add(cfg, env, &mut probe)?;
+    let assigned: Assigned = addressing::add(cfg, env, policy, &mut probe)?;
     tracing::debug!(?assigned, "addresses reserved");
     debug_stall("ipam");
     let own: Vec<IpNetwork> = assigned.ips.iter().map(|i| i.address).collect();

@@ -6,6 +6,8 @@ use super::{check_mtu, require_uplink};
 use crate::config::BridgeConf;
 use crate::error::{NetlinkContext, PluginError};
 use crate::names;
+use crate::node::policy::OWN_BRIDGE_ALIAS;
+use crate::node::NodePolicy;
 use edgelink_cni_spec::{codes, CniError, Env};
 use edgelink_netlink::{BridgePortState, Handle, Link, LinkKind, NewLink, RouteSpec};
 use edgelink_netns::Netns;
@@ -65,11 +67,20 @@ pub fn prepare(
     conf: &BridgeConf,
     mtu: Option<u32>,
     undo: &mut Undo,
+    policy: &NodePolicy,
 ) -> Result<(Link, u32), PluginError> {
     let uplink = match &conf.uplink {
-        Some(name) => Some(require_uplink(node, name)?),
+        Some(name) => Some(require_uplink(node, name, policy)?),
         None => None,
     };
+    // An existing bridge must be one the node allows, before anything
+    // (the uplink's checks below included) looks at it.
+    if let Some(b) = node
+        .link_by_name(&conf.name)
+        .ctx(|| format!("look up bridge {}", conf.name))?
+    {
+        policy.check_bridge(&b.name, b.alias.as_deref())?;
+    }
     check_mtu(mtu, uplink.as_ref())?;
     if let Some(u) = &uplink {
         if let Some(master) = u.master {
@@ -110,12 +121,21 @@ pub fn prepare(
                         .ctx(|| format!("look up bridge {}", conf.name))?;
                     undo.created_bridge = Some(b.index);
                     undo.bridge = Some(b.index);
+                    // Marked as the plugin's own: later configs may name
+                    // it without the node policy listing it.
+                    node.set_alias(b.index, OWN_BRIDGE_ALIAS)
+                        .ctx(|| format!("mark bridge {} as the plugin's", conf.name))?;
                     b
                 }
-                // Another ADD created it at the same moment.
-                Err(e) if e.is_exists() => node
-                    .require_link(&conf.name)
-                    .ctx(|| format!("look up bridge {}", conf.name))?,
+                // Created meanwhile by someone else than an ADD (ADDs
+                // hold the bridge's lock).
+                Err(e) if e.is_exists() => {
+                    let b = node
+                        .require_link(&conf.name)
+                        .ctx(|| format!("look up bridge {}", conf.name))?;
+                    policy.check_bridge(&b.name, b.alias.as_deref())?;
+                    b
+                }
                 Err(e) => return Err(e).ctx(|| format!("create bridge {}", conf.name)),
             }
         }
