@@ -102,7 +102,7 @@ pub fn sender(expect: &Expect, status: &TokenReviewStatus) -> Result<Sender, Ref
     // An authenticator that ignores audiences returns none: not enough
     // (the token could be one for the API server, or for anyone else).
     let audiences = status.audiences.as_deref().unwrap_or_default();
-    if !audiences.iter().any(|a| *a == expect.audience) {
+    if !audiences.contains(&expect.audience) {
         return Err(Refused::Audience(expect.audience.clone()));
     }
     let user = status

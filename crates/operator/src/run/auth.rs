@@ -21,6 +21,9 @@ const CACHE_MAX: usize = 4096;
 /// server this many requests at a time.
 const REVIEWS_IN_FLIGHT: usize = 4;
 
+/// A pod's (UID, spec.nodeName); `None` when it does not exist.
+pub type FoundPod = Option<(Option<String>, Option<String>)>;
+
 /// The API calls a review needs (a fake in tests).
 pub trait Reviewer: Send + Sync {
     /// A TokenReview of `token` for `audience`.
@@ -29,12 +32,12 @@ pub trait Reviewer: Send + Sync {
         token: &'a str,
         audience: &'a str,
     ) -> BoxFuture<'a, Result<TokenReviewStatus, String>>;
-    /// The pod's (UID, spec.nodeName), or `None` when it does not exist.
+    /// The pod `namespace/name`.
     fn pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(Option<String>, Option<String>)>, String>>;
+    ) -> BoxFuture<'a, Result<FoundPod, String>>;
 }
 
 /// The API server.
@@ -67,7 +70,7 @@ impl Reviewer for Kube {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(Option<String>, Option<String>)>, String>> {
+    ) -> BoxFuture<'a, Result<FoundPod, String>> {
         Box::pin(async move {
             let api = kube::Api::<Pod>::namespaced(self.0.clone(), namespace);
             let pod = api

@@ -3,7 +3,7 @@
 //! bounded (review item 7).
 
 use super::*;
-use crate::run::auth::Reviewer;
+use crate::run::auth::{FoundPod, Reviewer};
 use edgelink_operator::sender::{Expect, NODE_NAME, POD_NAME, POD_UID};
 use futures_util::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::TokenReviewStatus;
@@ -45,7 +45,7 @@ impl Reviewer for Fake {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<(Option<String>, Option<String>)>, String>> {
+    ) -> BoxFuture<'a, Result<FoundPod, String>> {
         let found = (namespace == "edgelink-system")
             .then(|| self.pods.get(name))
             .flatten()
