@@ -302,6 +302,16 @@ pub struct RunArgs {
     /// accepted, whatever it is doing (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
     pub status_conn_timeout: Duration,
+    /// A connection to the status endpoint must send its whole request head
+    /// within this long (after accept, and after each answer) or is closed
+    /// (seconds).
+    #[arg(long, default_value = "5", value_parser = period)]
+    pub status_header_timeout: Duration,
+    /// At most this many connections to the status endpoint are held; a
+    /// new one beyond takes the place of the oldest that is still waiting
+    /// for its request head.
+    #[arg(long, default_value = "64", value_parser = clap::value_parser!(u16).range(1..))]
+    pub status_max_connections: u16,
     /// Directories of delegated IPAM plugins (`:`-separated, as CNI_PATH).
     /// When set, reclaiming an attachment whose pod went without a DEL
     /// runs its delegate's DEL from there, and keeps the record while that
