@@ -120,9 +120,11 @@ impl NodePolicy {
                 "uplinks" => &mut p.uplinks,
                 "bridges" => &mut p.bridges,
                 "sharedNetworks" => &mut p.shared_networks,
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "{other:?} is not a key of the node policy (uplinks, bridges, sharedNetworks)"
-                )),
+                ))
+                }
             };
             let items = v
                 .as_array()
