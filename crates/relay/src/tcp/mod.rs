@@ -410,7 +410,7 @@ async fn run<'p>(
         cfg,
         park,
     };
-    let ended = {
+    let outcome = {
         // Pinned once: moved into either branch, it would take its room
         // twice in this future.
         let a = to_target.run(start_target);
@@ -426,14 +426,14 @@ async fn run<'p>(
                 () = activity.idle_for(timeout) => {
                     Counters::inc(&counters.idle_timeouts);
                     tracing::debug!(?timeout, "connection idle: reset");
-                    reset(&client);
-                    reset(&upstream);
                     None
                 }
             },
         }
     };
-    let Some((a, b)) = ended else {
+    let Some((a, b)) = outcome else {
+        reset(&client);
+        reset(&upstream);
         return Relayed::Ended(Err(io::Error::new(
             io::ErrorKind::TimedOut,
             format!(
@@ -446,6 +446,17 @@ async fn run<'p>(
         let e = failure::end([(&to_target, a), (&to_client, b)], &client, &upstream);
         return Relayed::Ended(Err(e));
     }
+    conclude(a, b, client, upstream)
+}
+
+/// How a relay whose directions both stopped without a failure ends:
+/// closed, or parked.
+fn conclude(
+    a: io::Result<DirEnd<'_>>,
+    b: io::Result<DirEnd<'_>>,
+    client: TcpStream,
+    upstream: TcpStream,
+) -> Relayed {
     match (a, b) {
         (Ok(DirEnd::Done), Ok(DirEnd::Done)) => Relayed::Ended(Ok(())),
         (Ok(a), Ok(b)) => {
@@ -460,7 +471,8 @@ async fn run<'p>(
                 Err(e) => Relayed::Ended(Err(e)),
             }
         }
-        (Err(e), _) | (_, Err(e)) => Relayed::Ended(Err(e)), // handled above
+        // Failures are the caller's (`failure::end`).
+        (Err(e), _) | (_, Err(e)) => Relayed::Ended(Err(e)),
     }
 }
 
