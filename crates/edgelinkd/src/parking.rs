@@ -219,3 +219,46 @@ impl Item {
         (m, status)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> ForwardId {
+        ("c".into(), "net1".into(), name.into())
+    }
+
+    /// What a failed hand-over took back and no pass served yet goes with
+    /// the next hand-over, beside what tasks parked since.
+    #[test]
+    fn take_all_includes_what_was_taken_back_and_not_served_yet() {
+        let lot = Arc::new(Lot::default());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        lot.adopt(
+            id("api"),
+            Adopted {
+                listeners: vec![l.try_clone().unwrap()],
+                conns: vec![ParkedConn::Pending(Pending {
+                    client,
+                    queued_since: None,
+                })],
+                udp: Vec::new(),
+            },
+        );
+        lot.park(Item::Listener(id("drain"), l));
+        let items = lot.take_all();
+        let names: Vec<&str> = items
+            .iter()
+            .map(|i| match i {
+                Item::Listener(f, _) => f.2.as_str(),
+                Item::Conn(f, _) => f.2.as_str(),
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(items.len(), 3, "{names:?}");
+        assert!(names.contains(&"drain") && names.iter().filter(|n| **n == "api").count() == 2);
+        assert!(lot.claim(&id("api")).is_none());
+        assert!(lot.take_all().is_empty());
+    }
+}
