@@ -183,9 +183,21 @@ pub struct RunArgs {
     /// process ID and start time.
     #[arg(long, env = "EDGELINKD_INSTANCE_ID")]
     pub instance_id: Option<String>,
-    /// The hand-over protocol to announce (tests of a mismatch only).
+    /// The newest hand-over protocol to speak, announcing it when taking
+    /// over and refusing newer ones when handing over (tests of a mismatch
+    /// and of a protocol-1 peer only).
     #[arg(long, hide = true, default_value_t = edgelink_handover::PROTOCOL)]
     pub handover_protocol: u32,
+    /// Handing over: how long to wait for the new daemon's Confirm once it
+    /// has everything (seconds). Past it, this daemon takes everything
+    /// back and serves on, and the new one, told so, exits without serving.
+    #[arg(long, default_value = "10", value_parser = period)]
+    pub handover_timeout: Duration,
+    /// Test hook (debug builds only): wait this long before confirming a
+    /// take-over (milliseconds).
+    #[cfg(debug_assertions)]
+    #[arg(long, hide = true)]
+    pub test_stall_confirm_ms: Option<u64>,
     /// On SIGTERM, how long existing connections may drain (seconds).
     #[arg(long, default_value = "20", value_parser = secs)]
     pub grace_period: Duration,

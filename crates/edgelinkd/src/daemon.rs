@@ -150,8 +150,8 @@ pub struct Daemon {
     pub instance: String,
     /// The instance this daemon took over from: never handed back to it.
     pub taken_from: Mutex<Option<String>>,
-    /// A hand-over is under way.
-    pub handing_over: AtomicBool,
+    /// Serving, handing over or stopping: one at a time.
+    pub gate: crate::handover::Gate,
     /// What /status warns of (set by each pass).
     warnings: Mutex<Vec<String>>,
 }
@@ -187,7 +187,7 @@ impl Daemon {
             pass: tokio::sync::Mutex::new(()),
             instance: instance_id(&args_instance),
             taken_from: Mutex::new(None),
-            handing_over: AtomicBool::new(false),
+            gate: Default::default(),
             warnings: Mutex::new(Vec::new()),
         })
     }

@@ -6,8 +6,9 @@ use crate::config::RunArgs;
 use crate::factory::Factory;
 use crate::fds::FdReserve;
 use crate::model::ForwardRuntime;
-use crate::parking::{Adopted, ForwardId, Guard, Item, Lot, ParkedConn};
-use crate::protect::Admission;
+use crate::parking::{Adopted, ForwardId, Guard, Item, Lot, ParkedConn, Pending};
+use crate::protect::{Admission, Place, Turn};
+use crate::resume::Entry;
 use crate::sockopt;
 use crate::workers::Workers;
 use edgelink_attachment::{ForwardPath, Protocol, Record};
@@ -164,20 +165,8 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
             for u in a.udp {
                 socks.push((on[0], Sock::Udp(u)));
             }
-            for (i, c) in a.conns.into_iter().enumerate() {
-                let Some(slot) = Slot::take(&ctx) else {
-                    drop_conn(c);
-                    continue;
-                };
-                let c2 = ctx.clone_for();
-                let guard = ctx.shared.lot.guard();
-                workers.spawn(
-                    on[i % on.len()],
-                    async move { resumed(c, c2, slot, guard).await }.instrument(
-                        tracing::debug_span!("conn", forward = %spec.name, resumed = true),
-                    ),
-                );
-            }
+            // Before the accept loops start: new clients queue behind.
+            crate::resume::spawn(&ctx, a.conns, &on);
             socks
         }
         None => match bind(&ctx, &on).await {
@@ -366,11 +355,6 @@ fn drop_adopted(a: &Adopted) {
     a.conns.iter().for_each(ParkedConn::reset);
 }
 
-fn drop_conn(c: ParkedConn) {
-    tracing::debug!("the daemon's connection cap is reached: a handed-over connection is reset");
-    c.reset();
-}
-
 impl Ctx {
     pub fn id(&self) -> ForwardId {
         (
@@ -402,7 +386,7 @@ impl Ctx {
         }
     }
 
-    fn clone_for(&self) -> Ctx {
+    pub(crate) fn clone_for(&self) -> Ctx {
         Ctx {
             attachment: self.attachment.clone(),
             shared: self.shared.clone(),
@@ -484,7 +468,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx, guard: Gua
         let c = ctx.clone_for();
         let g = ctx.shared.lot.guard();
         tokio::spawn(
-            async move { connection(client, c, slot, g).await }
+            async move { connection(client, c, slot, g, Entry::Accepted).await }
                 .instrument(tracing::debug_span!("conn", %peer)),
         );
     }
@@ -495,7 +479,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx, guard: Gua
 /// A connection's place under the caps: counted in its forward's active
 /// gauge and in the daemon's total until dropped, however the connection
 /// ends.
-struct Slot {
+pub(crate) struct Slot {
     forward: Arc<ForwardRuntime>,
     shared: Arc<Shared>,
 }
@@ -504,7 +488,7 @@ impl Slot {
     /// A place for one more accepted connection, or `None` when the
     /// daemon's `--max-connections` is reached. (A forward's own
     /// `maxConnections` queues instead: [`crate::protect`].)
-    fn take(ctx: &Ctx) -> Option<Slot> {
+    pub(crate) fn take(ctx: &Ctx) -> Option<Slot> {
         let max = u64::from(ctx.shared.args.max_connections);
         let total = ctx.shared.connections.fetch_add(1, Ordering::AcqRel);
         if max > 0 && total >= max {
@@ -556,7 +540,13 @@ impl Drop for ResetUnlessDone {
     }
 }
 
-async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: Guard) {
+pub(crate) async fn connection(
+    client: tokio::net::TcpStream,
+    ctx: Ctx,
+    slot: Slot,
+    guard: Guard,
+    entry: Entry,
+) {
     let f = &ctx.forward;
     let c = &f.counters;
     Counters::inc(&c.total);
@@ -567,20 +557,27 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: 
     // relay registers with it, and the daemon-wide one is not a lock all
     // connections of all workers contend for.
     let park = ctx.shared.lot.token().child_token();
-    // Admission under `maxConnections` (first in, first out; the permit is
+    // Admission under `maxConnections` (first in, first out; the place is
     // held until the relay ends), then the connect. A hand-over meanwhile
-    // takes the client as it is: the next daemon does both again.
+    // takes the client as it is, with its place or its wait: the next
+    // daemon connects it, or queues it again in its turn.
+    let (turn, since) = entry.turn(&f.protection);
+    let mut admitted = false;
     let setup = tokio::select! {
         biased;
         () = park.cancelled() => None,
-        r = admit_and_connect(&ctx, &client) => Some(r),
+        r = admit_and_connect(&ctx, &client, turn, &mut admitted) => Some(r),
     };
     let Some(setup) = setup else {
+        let queued_since = (!admitted).then_some(since);
         match client.into_std() {
-            Ok(s) => ctx
-                .shared
-                .lot
-                .park(Item::Conn(ctx.id(), ParkedConn::Pending(s))),
+            Ok(client) => ctx.shared.lot.park(Item::Conn(
+                ctx.id(),
+                ParkedConn::Pending(Pending {
+                    client,
+                    queued_since,
+                }),
+            )),
             Err(e) => tracing::debug!(error = %e, "cannot hand a waiting connection over"),
         }
         drop((slot, guard));
@@ -604,10 +601,7 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: 
 
 /// How admission and the connect ended.
 enum Setup {
-    Go(
-        Option<tokio::sync::OwnedSemaphorePermit>,
-        tokio::net::TcpStream,
-    ),
+    Go(Option<Place>, tokio::net::TcpStream),
     /// Queue timeout, full queue, or the target cannot be reached: the
     /// client is reset.
     Refused,
@@ -615,9 +609,14 @@ enum Setup {
     Left,
 }
 
-async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
+async fn admit_and_connect(
+    ctx: &Ctx,
+    client: &tokio::net::TcpStream,
+    turn: Turn,
+    admitted: &mut bool,
+) -> Setup {
     let f = &ctx.forward;
-    let permit = match f.protection.admit(client).await {
+    let permit = match f.protection.wait(turn, client).await {
         Admission::Go(p) => p,
         Admission::TimedOut => {
             tracing::debug!("waited longer than the queue timeout: reset");
@@ -629,6 +628,7 @@ async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
         }
         Admission::Left => return Setup::Left,
     };
+    *admitted = true;
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
     match connect_with_header(ctx, client).await {
@@ -647,7 +647,7 @@ async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
     }
 }
 
-fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
+pub(crate) fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
     let args = &ctx.shared.args;
     TcpRelayConfig {
         pipe_size: args.pipe_size,
@@ -659,43 +659,8 @@ fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
     }
 }
 
-/// A connection handed over to this daemon (or back to it).
-async fn resumed(conn: ParkedConn, ctx: Ctx, slot: Slot, guard: Guard) {
-    match conn {
-        ParkedConn::Pending(s) => {
-            let client = s
-                .set_nonblocking(true)
-                .and_then(|()| tokio::net::TcpStream::from_std(s));
-            match client {
-                Ok(client) => connection(client, ctx, slot, guard).await,
-                Err(e) => tracing::debug!(error = %e, "a handed-over connection is unusable"),
-            }
-        }
-        ParkedConn::Relaying(p) => {
-            // Its place under `maxConnections`, if there is one free; it is
-            // relayed either way (its target holds it already).
-            let permit = ctx.forward.protection.try_take();
-            let cfg = relay_config(&ctx);
-            let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
-            let park = ctx.shared.lot.token().child_token();
-            let pipes = ctx.shared.pipes.clone();
-            let c = &ctx.forward.counters;
-            let run = edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park);
-            finish(
-                &ctx,
-                relay(run, fds, ctx.close.clone()).await,
-                (slot, guard, permit),
-            );
-        }
-    }
-}
-
 /// After the relay: count how it ended, or park it.
-fn finish(
-    ctx: &Ctx,
-    r: Option<Relayed>,
-    held: (Slot, Guard, Option<tokio::sync::OwnedSemaphorePermit>),
-) {
+pub(crate) fn finish(ctx: &Ctx, r: Option<Relayed>, held: (Slot, Guard, Option<Place>)) {
     let c = &ctx.forward.counters;
     match r {
         Some(Relayed::Ended(Ok(()))) => {}
@@ -726,7 +691,7 @@ fn finish(
 /// it, so that nothing keeps the pod's namespace alive. Ended that way, or
 /// dropped (the task aborted), both sockets (`fds`) are reset: bytes in
 /// flight are lost.
-async fn relay(
+pub(crate) async fn relay(
     run: impl std::future::Future<Output = Relayed>,
     fds: [RawFd; 2],
     mut close: watch::Receiver<bool>,
