@@ -5,6 +5,7 @@
 use crate::config::RunArgs;
 use crate::factory::Factory;
 use crate::fds::FdReserve;
+use crate::listen::{Ends, Sock};
 use crate::model::ForwardRuntime;
 use crate::parking::{Adopted, ForwardId, Guard, Item, Lot, ParkedConn, Pending};
 use crate::protect::{Admission, Place, Turn};
@@ -12,9 +13,9 @@ use crate::resume::Entry;
 use crate::sockopt;
 use crate::workers::Workers;
 use edgelink_attachment::{ForwardPath, Protocol, Record};
-use edgelink_relay::{Counters, PipePool, Relayed, TcpRelayConfig, UdpConfig, UdpForward};
+use edgelink_relay::{Counters, PipePool, Relayed, TcpRelayConfig, UdpConfig};
 use ipnetwork::IpNetwork;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -138,9 +139,10 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     }
     let workers = ctx.shared.workers.clone();
     let stream = spec.protocol == Protocol::Tcp;
-    // TCP: a listener on every worker. UDP: one socket on one worker (the
-    // forwards spread by port), so that its session table, and the
-    // `--udp-max-sessions` bound on it, stay whole.
+    // TCP: one listener per address, accepted on by every worker
+    // (crate::listen). UDP: one socket on one worker (the forwards spread
+    // by port), so that its session table, and the `--udp-max-sessions`
+    // bound on it, stay whole.
     let on: Vec<usize> = if stream {
         (0..workers.len()).collect()
     } else {
@@ -154,51 +156,55 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         .claim(&ctx.id())
         .filter(|a| adopted_fits(a, spec.port, stream));
     let socks = match adopted {
-        Some(a) => {
+        Some(mut a) => {
             tracing::info!(forward = %spec.name, listeners = a.listeners.len() + a.udp.len(),
                 connections = a.conns.len(), sessions = a.udp.iter().map(|u| u.sessions.len()).sum::<usize>(),
                 "serving what was handed over");
-            let mut socks: Vec<(usize, Sock)> = Vec::new();
-            for (i, l) in a.listeners.into_iter().enumerate() {
-                socks.push((on[i % on.len()], Sock::Tcp(l)));
+            // A daemon before this one's made a listener per worker with
+            // SO_REUSEPORT, that a root process of the pod could join:
+            // closed and bound anew (the clients in their accept queues
+            // are reset, once); the connections go on.
+            let rebind = a.listeners.iter().any(crate::listen::joinable);
+            let listeners = std::mem::take(&mut a.listeners);
+            let mut socks: Vec<Sock> = Vec::new();
+            if rebind {
+                tracing::warn!(forward = %spec.name, "handed-over listeners have SO_REUSEPORT: bound anew");
+                drop(listeners);
+            } else {
+                socks.extend(listeners.into_iter().map(Sock::Tcp));
             }
-            for u in a.udp {
-                socks.push((on[0], Sock::Udp(u)));
-            }
+            a.udp.iter().for_each(crate::listen::seal_udp);
+            socks.extend(a.udp.into_iter().map(Sock::Udp));
             // Before the accept loops start: new clients queue behind.
             crate::resume::spawn(&ctx, a.conns, &on);
+            if rebind {
+                match crate::listen::bind_when_free(&ctx).await {
+                    Some(s) => socks.extend(s),
+                    None => return Vec::new(),
+                }
+            }
             socks
         }
-        None => match bind(&ctx, &on).await {
+        None => match crate::listen::bind(&ctx).await {
             Some(s) => s,
             None => return Vec::new(),
         },
     };
     let mut tasks = Vec::new();
-    for (w, sock) in socks {
+    for sock in socks {
+        let w = on[0];
         let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %target_name(&f), worker = w);
         let task = match sock {
-            Sock::Tcp(std) => {
-                let c = ctx.clone_for();
-                let guard = ctx.shared.lot.guard();
-                workers.spawn(
-                    w,
-                    async move {
-                        // Registered with this worker's runtime: here.
-                        let registered = std
-                            .set_nonblocking(true)
-                            .and_then(|()| tokio::net::TcpListener::from_std(std));
-                        match registered {
-                            Ok(l) => accept_loop(l, c, guard).await,
-                            Err(e) => {
-                                c.forward.error(e);
-                                c.forward.set_listener("failed");
-                            }
-                        }
-                    }
-                    .instrument(span),
-                )
-            }
+            Sock::Tcp(std) => match crate::listen::serve_tcp(&ctx, &on, std) {
+                Some(t) => {
+                    tasks.extend(t);
+                    continue;
+                }
+                None => {
+                    tasks.iter().for_each(JoinHandle::abort);
+                    return Vec::new();
+                }
+            },
             Sock::Udp(forward) => {
                 let cfg = UdpConfig {
                     idle_timeout: ctx.shared.args.udp_idle_timeout,
@@ -264,63 +270,6 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     tasks
 }
 
-/// A forward's socket, new or handed over, with the worker it goes to.
-enum Sock {
-    Tcp(std::net::TcpListener),
-    Udp(UdpForward),
-}
-
-/// New listeners, one per worker in `on` and address: the IPv4 ones are
-/// required (and the IPv6 ones for an IPv6 target). A forward comes up
-/// whole or not at all: `None` (failed, retried on the next pass).
-async fn bind(ctx: &Ctx, on: &[usize]) -> Option<Vec<(usize, Sock)>> {
-    let f = &ctx.forward;
-    let spec = &f.spec;
-    let stream = spec.protocol == Protocol::Tcp;
-    let reuse_port = on.len() > 1;
-    // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
-    // device too; a pod without IPv6 simply has no such listener.
-    // A reverse forward: on the interface's own addresses, each required.
-    let addrs = match &f.reverse {
-        Some(r) => r.listen_addrs(),
-        None => vec![
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
-            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
-        ],
-    };
-    let mut socks = Vec::new();
-    'addrs: for addr in addrs {
-        let mut these = Vec::new();
-        for &w in on {
-            match ctx.factory.listener(addr, stream, reuse_port).await {
-                Ok(s) => these.push((
-                    w,
-                    if stream {
-                        Sock::Tcp(s.into())
-                    } else {
-                        Sock::Udp(UdpForward {
-                            listener: s.into(),
-                            sessions: Vec::new(),
-                        })
-                    },
-                )),
-                Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() && f.reverse.is_none() => {
-                    tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
-                    continue 'addrs;
-                }
-                Err(e) => {
-                    f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
-                    tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
-                    f.set_listener("failed");
-                    return None;
-                }
-            }
-        }
-        socks.extend(these);
-    }
-    Some(socks)
-}
-
 /// Whether handed-over sockets are this forward's: listeners of its
 /// protocol on its port. (A record that changed between the two daemons
 /// makes new ones; the old ones are dropped with what no forward claims.)
@@ -367,7 +316,12 @@ impl Ctx {
     /// Whether an accepted connection must be reset: a forward refuses
     /// the private side; a reverse forward admits only its sources, on
     /// the interface.
-    fn refuses(&self, peer: SocketAddr, local: Option<SocketAddr>, ingress: Option<u32>) -> bool {
+    pub(crate) fn refuses(
+        &self,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        ingress: Option<u32>,
+    ) -> bool {
         match &self.forward.reverse {
             Some(r) => !r.admits(peer, ingress, self.private.ifindex),
             None => self.private.refuses(peer, local, ingress),
@@ -398,82 +352,6 @@ impl Ctx {
             close: self.close.clone(),
         }
     }
-}
-
-async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx, guard: Guard) {
-    let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
-    let mut warned: Option<std::time::Instant> = None;
-    let park = ctx.shared.lot.token();
-    loop {
-        if park.is_cancelled() {
-            // A hand-over: the listener goes as it is, with the
-            // connections waiting in its queue.
-            match listener.into_std() {
-                Ok(l) => ctx.shared.lot.park(Item::Listener(ctx.id(), l)),
-                Err(e) => tracing::warn!(error = %e, "cannot hand a listener over"),
-            }
-            drop(guard);
-            return;
-        }
-        let fds = &ctx.shared.fds;
-        if !fds.whole() {
-            fds.refill();
-        }
-        if fds.paused() {
-            // The descriptors kept for the control socket and the status
-            // server are lent out or not back yet: leave what is free to
-            // them, accept nothing for now.
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
-                _ = ctx.stop.wait_for(|s| *s) => break,
-            }
-        }
-        let accepted = tokio::select! {
-            biased;
-            () = park.cancelled() => continue,
-            r = listener.accept() => r,
-            _ = ctx.stop.wait_for(|s| *s) => break,
-        };
-        let (client, peer) = match accepted {
-            Ok(c) => c,
-            Err(e) => {
-                // EMFILE and friends: note it, breathe, go on. At the fd
-                // limit this repeats every 50 ms: one warning a minute.
-                ctx.forward.error(format!("accept: {e}"));
-                if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    warned = Some(std::time::Instant::now());
-                    tracing::warn!(error = %e, "accept failed (repeats logged at debug for a minute)");
-                } else {
-                    tracing::debug!(error = %e, "accept failed");
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
-                    _ = ctx.stop.wait_for(|s| *s) => break,
-                }
-            }
-        };
-        let ingress = sockopt::ingress_ifindex(&client, v6);
-        if ctx.refuses(peer, client.local_addr().ok(), ingress) {
-            Counters::inc(&ctx.forward.counters.refused);
-            tracing::debug!(%peer, ?ingress, "refused a connection (private side, or not an allowed source)");
-            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-            continue;
-        }
-        let Some(slot) = Slot::take(&ctx) else {
-            Counters::inc(&ctx.forward.rejected);
-            tracing::debug!(%peer, "the daemon's connection cap is reached: reset");
-            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-            continue;
-        };
-        let c = ctx.clone_for();
-        let g = ctx.shared.lot.guard();
-        tokio::spawn(
-            async move { connection(client, c, slot, g, Entry::Accepted).await }
-                .instrument(tracing::debug_span!("conn", %peer)),
-        );
-    }
-    drop(listener);
-    ctx.forward.set_listener("stopped");
 }
 
 /// A connection's place under the caps: counted in its forward's active
@@ -540,8 +418,12 @@ impl Drop for ResetUnlessDone {
     }
 }
 
+/// Serve an accepted client: `ends` are its addresses as they were at
+/// accept (its PROXY protocol header names them); `entry` how it comes to
+/// its place under `maxConnections`.
 pub(crate) async fn connection(
     client: tokio::net::TcpStream,
+    ends: Ends,
     ctx: Ctx,
     slot: Slot,
     guard: Guard,
@@ -566,7 +448,7 @@ pub(crate) async fn connection(
     let setup = tokio::select! {
         biased;
         () = park.cancelled() => None,
-        r = admit_and_connect(&ctx, &client, turn, &mut admitted) => Some(r),
+        r = admit_and_connect(&ctx, &client, ends, turn, &mut admitted) => Some(r),
     };
     let Some(setup) = setup else {
         let queued_since = (!admitted).then_some(since);
@@ -605,13 +487,14 @@ enum Setup {
     /// Queue timeout, full queue, or the target cannot be reached: the
     /// client is reset.
     Refused,
-    /// The client left the queue.
+    /// The client reset while it waited for a place or for the connect.
     Left,
 }
 
 async fn admit_and_connect(
     ctx: &Ctx,
     client: &tokio::net::TcpStream,
+    ends: Ends,
     turn: Turn,
     admitted: &mut bool,
 ) -> Setup {
@@ -631,7 +514,16 @@ async fn admit_and_connect(
     *admitted = true;
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
-    match connect_with_header(ctx, client).await {
+    // A client that resets meanwhile ends it: its own failure, nothing
+    // counted against the device.
+    let connected = tokio::select! {
+        r = connect_with_header(ctx, ends) => r,
+        () = crate::protect::reset_by_peer(client) => {
+            tracing::debug!("the client reset during the connect");
+            return Setup::Left;
+        }
+    };
+    match connected {
         Ok(s) => {
             f.reach(true, None);
             Setup::Go(permit, s)
@@ -772,11 +664,10 @@ async fn connect(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::T
 /// timeout again: a target that does not take it fails as a connect does.
 /// (The connect itself is retried: [`connect_retrying`].)
 /// The header names the client's address and the one it dialed (the pod's,
-/// the forward's port); it is not the client's, so not in `bytes_to_target`.
-async fn connect_with_header(
-    ctx: &Ctx,
-    client: &tokio::net::TcpStream,
-) -> std::io::Result<tokio::net::TcpStream> {
+/// the forward's port) as they were at accept, so that a client gone since
+/// makes no failure of the target's; it is not the client's bytes, so not
+/// in `bytes_to_target`.
+async fn connect_with_header(ctx: &Ctx, ends: Ends) -> std::io::Result<tokio::net::TcpStream> {
     use edgelink_relay::proxy_header::{self, Version};
     let mut upstream = connect_retrying(ctx).await?;
     let version = match ctx.forward.spec.proxy_protocol {
@@ -784,7 +675,7 @@ async fn connect_with_header(
         Some(edgelink_attachment::ProxyProtocol::V1) => Version::V1,
         Some(edgelink_attachment::ProxyProtocol::V2) => Version::V2,
     };
-    let header = proxy_header::build(version, client.peer_addr()?, client.local_addr()?)?;
+    let header = proxy_header::build(version, ends.peer, ends.local)?;
     let timeout = Duration::from_millis(ctx.forward.spec.connect_timeout_ms);
     let write = tokio::io::AsyncWriteExt::write_all(&mut upstream, &header);
     match tokio::time::timeout(timeout, write).await {
@@ -802,7 +693,7 @@ async fn connect_with_header(
 
 /// The target as the status names it: a reverse forward's as configured
 /// (a name, maybe).
-fn target_name(f: &ForwardRuntime) -> String {
+pub(crate) fn target_name(f: &ForwardRuntime) -> String {
     match &f.reverse {
         Some(r) => r.spec.target.to_string(),
         None => f.spec.target.to_string(),

@@ -14,6 +14,7 @@ mod forward;
 mod handover;
 mod http;
 mod kernel;
+mod listen;
 #[cfg(test)]
 mod manifests;
 mod metrics;

@@ -115,7 +115,7 @@ pub struct Protection {
     pub queue_timeouts: AtomicU64,
     /// Clients reset at once because the queue was full.
     pub queue_full: AtomicU64,
-    /// Clients that closed while waiting.
+    /// Clients that reset while waiting.
     pub queue_abandoned: AtomicU64,
     /// Connects tried again.
     pub retries: AtomicU64,
@@ -132,7 +132,7 @@ pub enum Admission {
     TimedOut,
     /// The queue was full.
     Full,
-    /// The client closed while waiting.
+    /// The client reset while waiting.
     Left,
 }
 
@@ -156,8 +156,9 @@ impl Protection {
 
     /// Wait for a place for `client`: at once when the forward is below its
     /// bound, else in the queue until a place frees, the queue timeout
-    /// passes, or the client closes. (The daemon takes the turn and waits
-    /// for it in two steps: [`Protection::enqueue`], [`Protection::wait`].)
+    /// passes, or the client resets ([`reset_by_peer`]; a half-close
+    /// stays). (The daemon takes the turn and waits for it in two steps:
+    /// [`Protection::enqueue`], [`Protection::wait`].)
     #[cfg(test)]
     pub async fn admit(&self, client: &tokio::net::TcpStream) -> Admission {
         let turn = self.enqueue(Instant::now());
@@ -233,7 +234,7 @@ impl Protection {
                     Admission::TimedOut
                 }
             },
-            _ = gone(client) => {
+            () = reset_by_peer(client) => {
                 self.queue_abandoned.fetch_add(1, Ordering::Relaxed);
                 Admission::Left
             }
@@ -329,13 +330,19 @@ impl Drop for Place {
     }
 }
 
-/// Resolves when `client` has closed (end of file or an error); never when
-/// it sent data first (a client may speak before the device answers).
-async fn gone(client: &tokio::net::TcpStream) {
-    let mut b = [0u8; 1];
-    match client.peek(&mut b).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending::<()>().await,
+/// Resolves when `client` has reset the connection or it failed (a
+/// pending socket error: RST, ICMP, keepalive), never on its FIN: a client
+/// that only reads may half-close at once and still wait for the device's
+/// answer; its bytes and its FIN reach the device once it is let in (the
+/// relay passes a half-close on). Reads nothing and consumes no error.
+pub async fn reset_by_peer(client: &tokio::net::TcpStream) {
+    loop {
+        match client.ready(tokio::io::Interest::ERROR).await {
+            Ok(r) if r.is_error() => return,
+            // Not an error after all (spurious): wait again.
+            Ok(_) => tokio::task::yield_now().await,
+            Err(_) => return,
+        }
     }
 }
 
@@ -435,7 +442,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_queue_refuses_and_a_client_that_leaves_is_dropped() {
+    async fn a_full_queue_refuses_and_a_client_that_resets_is_dropped() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let p = Arc::new(Protection::new(limits(1, 1, 10_000)));
         let (a, _pa) = pair(&l).await;
@@ -451,8 +458,16 @@ mod tests {
         let (c, _pc) = pair(&l).await;
         assert!(matches!(p.admit(&c).await, Admission::Full));
         assert_eq!(p.queue_full.load(Ordering::Relaxed), 1);
-        // The waiting client hangs up: it leaves the queue at once.
+        // Its half-close is not leaving: it may wait for the answer.
         pb.shutdown().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a half-closed client left the queue"
+        );
+        assert_eq!(p.queued.load(Ordering::Acquire), 1);
+        // The waiting client resets: it leaves the queue at once.
+        pb.set_zero_linger().unwrap();
         drop(pb);
         let out = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await

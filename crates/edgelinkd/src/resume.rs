@@ -13,6 +13,7 @@
 //! queues behind them.
 
 use crate::forward::{connection, finish, relay, relay_config, Ctx, Slot};
+use crate::listen::Ends;
 use crate::parking::{Guard, ParkedConn, Pending};
 use crate::protect::{Admission, Place, Protection, Turn};
 use std::os::fd::AsRawFd;
@@ -114,12 +115,17 @@ fn drop_conn(c: ParkedConn) {
 async fn resumed(job: Job, ctx: Ctx, slot: Slot, guard: Guard) {
     match job {
         Job::Connect(s, turn, since) => {
+            // Its addresses as they are now (its PROXY protocol header
+            // names them): a client that has gone fails here, before any
+            // connect, and nothing is counted against the device.
             let client = s
                 .set_nonblocking(true)
-                .and_then(|()| tokio::net::TcpStream::from_std(s));
+                .and_then(|()| tokio::net::TcpStream::from_std(s))
+                .and_then(|c| Ends::of(&c).map(|e| (c, e)));
             match client {
-                Ok(client) => {
-                    connection(client, ctx, slot, guard, Entry::Handed(turn, since)).await
+                Ok((client, ends)) => {
+                    let entry = Entry::Handed(turn, since);
+                    connection(client, ends, ctx, slot, guard, entry).await
                 }
                 Err(e) => tracing::debug!(error = %e, "a handed-over connection is unusable"),
             }
