@@ -19,6 +19,7 @@ mod manifests;
 mod metrics;
 mod model;
 mod parking;
+mod private_side;
 mod protect;
 mod reverse;
 mod sockopt;
