@@ -68,6 +68,22 @@ fn arrives(from: &Netns, to: &Netns, host: &str, port: u16) -> bool {
     line.starts_with("got")
 }
 
+/// An ICMP echo from inside `ns` to the IPv4 `host` (a raw socket) is
+/// answered within 2 s.
+pub fn icmp_reachable(ns: &Netns, host: &str) -> bool {
+    let script = format!(
+        "import socket,struct,sys,time\n\
+         def cs(b):\n t=sum(struct.unpack('!%dH'%(len(b)//2),b))\n t=(t>>16)+(t&0xffff)\n t+=t>>16\n return (~t)&0xffff\n\
+         s=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP)\ns.settimeout(2)\n\
+         p=struct.pack('!BBHHH',8,0,0,0x4242,1)+b'edgelink'\n\
+         p=struct.pack('!BBHHH',8,0,cs(p),0x4242,1)+b'edgelink'\n\
+         s.sendto(p,('{host}',0))\nend=time.time()+2\n\
+         while time.time()<end:\n try:\n  d,a=s.recvfrom(200)\n except socket.timeout:\n  break\n \
+         if a[0]=='{host}' and d[20]==0:\n  sys.exit(0)\nsys.exit(1)\n"
+    );
+    ns.exec(&["python3", "-c", &script]).status.success()
+}
+
 /// A pod with a cluster side: its eth0 (10.244.1.10) cabled to a "cluster"
 /// namespace (10.244.1.20) that routes the segment through the pod. The
 /// pod forwards before ADD, as a new netns on a Kubernetes node does.
@@ -203,6 +219,8 @@ fn is_gateway_routes_nothing_between_the_segment_and_the_cluster() {
         listing.contains("iifname \"edge0\" oifname != \"edge0\" drop"),
         "{listing}"
     );
+    // The gateway answers ICMP (the pod's next hop on the segment).
+    assert!(icmp_reachable(&pod, "172.31.250.1"));
     // The segment itself works: the pod reaches the device.
     assert!(tcp_reachable(&pod, DEVICE_V4, 9));
     // A second ADD finds the guard in place and leaves one table.
