@@ -8,14 +8,15 @@ use crate::fds::FdReserve;
 use crate::listen::{Ends, Sock};
 use crate::model::ForwardRuntime;
 use crate::parking::{Adopted, ForwardId, Guard, Item, Lot, ParkedConn, Pending};
+use crate::private_side::PrivateSide;
 use crate::protect::{Admission, Place, Turn};
 use crate::resume::Entry;
 use crate::sockopt;
 use crate::workers::Workers;
-use edgelink_attachment::{ForwardPath, Protocol, Record};
+use edgelink_attachment::{ForwardPath, Protocol};
 use edgelink_relay::{Counters, PipePool, Relayed, TcpRelayConfig, UdpConfig};
 use ipnetwork::IpNetwork;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,53 +24,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
-
-/// Tells connections that come from the private side (through the
-/// edgelink interface itself) from those of the cluster.
-#[derive(Clone, Debug)]
-pub struct PrivateSide {
-    /// Index of the edgelink interface in the pod.
-    ifindex: Option<u32>,
-    /// Its addresses and subnets.
-    nets: Vec<IpNetwork>,
-}
-
-impl PrivateSide {
-    pub fn new(rec: &Record, ifindex: Option<u32>) -> PrivateSide {
-        PrivateSide {
-            ifindex,
-            nets: rec.interface.ips.clone(),
-        }
-    }
-
-    /// A device must not use the relay to reach into the cluster: refuse
-    /// what arrived on the edgelink interface, what was addressed to it, and
-    /// what comes from its segment.
-    pub fn refuses(
-        &self,
-        peer: SocketAddr,
-        local: Option<SocketAddr>,
-        ingress: Option<u32>,
-    ) -> bool {
-        if ingress.is_some() && ingress == self.ifindex {
-            return true;
-        }
-        let peer_ip = canonical(peer.ip());
-        self.nets
-            .iter()
-            .any(|n| n.contains(peer_ip) || local.is_some_and(|l| canonical(l.ip()) == n.ip()))
-    }
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
 
 /// What the forwards of every attachment share.
 pub struct Shared {

@@ -20,6 +20,7 @@ mod manifests;
 mod metrics;
 mod model;
 mod parking;
+mod private_side;
 mod protect;
 mod resume;
 mod reverse;

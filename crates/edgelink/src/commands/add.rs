@@ -23,6 +23,8 @@ struct Done {
     macvlan: macvlan::Created,
     host_veth: Option<String>,
     bridge_undo: Option<bridge::Undo>,
+    /// This ADD created the isGateway guard of its bridge.
+    guard: bool,
     ipam: bool,
     record: bool,
 }
@@ -153,16 +155,14 @@ fn add(
         pod.ensure_route(&spec)
             .ctx(|| format!("add route {} via {:?} in the pod", r.dst, r.gw))?;
     }
-    // The pod must not route for the segment: a device that takes the
-    // pod's net1 address as its gateway would reach the whole cluster (a
-    // new netns copies the node's IPv4 forwarding, often on). Forwarding of
-    // what arrives on net1 is turned off, unless a forward takes the
-    // kernel path, which routes its replies and whose table drops every
-    // flow it did not DNAT itself. (IPv6 forwarding starts off in a new
-    // netns and is left alone.)
-    if !cfg.forwards.iter().any(|f| !f.path.is_relay()) {
-        pod_ns.run(|| crate::sysctl::ensure_ipv4_conf(&env.ifname, "forwarding", "0"))??;
-    }
+    // The pod must not route for the segment, in either direction: a device
+    // that takes net1's address as its gateway would reach the cluster, a
+    // cluster sender that routes the segment to the pod would reach any
+    // device (a new netns copies the node's IPv4 forwarding, often on).
+    // Forwarding is turned off in the whole pod, whatever path the forwards
+    // take: the kernel path turns it on only once its table, which drops
+    // every flow it did not DNAT, is in (edgelinkd).
+    pod_ns.run(|| crate::sysctl::ensure_no_forwarding(&env.ifname))??;
     if let Mode::Bridge(b) = &cfg.mode {
         if b.is_gateway {
             let gws: Vec<IpNetwork> = assigned
@@ -173,7 +173,8 @@ fn add(
                         .and_then(|g| IpNetwork::new(g, i.address.prefix()).ok())
                 })
                 .collect();
-            bridge::ensure_gateways(node, &host_side[0], &gws)?;
+            let _lock = lock::lock(&cfg.state_dir, &format!("bridge-{}", b.name))?;
+            done.guard = bridge::ensure_gateways(node, &host_side[0], &gws)?;
         }
         bridge::wait_forwarding(node, &host_side[1])?;
     }
@@ -291,6 +292,9 @@ fn rollback(cfg: &Config, env: &Env, node: &mut Handle, pod: &mut Handle, done: 
         let _guard = lock::lock(&cfg.state_dir, &format!("bridge-{}", b.name));
         for e in bridge::undo(node, b, undo) {
             tracing::error!(error = %e, "rollback: bridge");
+        }
+        if done.guard {
+            bridge::remove_guard(node, &b.name);
         }
     }
 }

@@ -125,6 +125,11 @@ pub fn prepare(
                     // it without the node policy listing it.
                     node.set_alias(b.index, OWN_BRIDGE_ALIAS)
                         .ctx(|| format!("mark bridge {} as the plugin's", conf.name))?;
+                    // Before it is up: no IPv6 link-local address on the
+                    // segment, through which a device would reach every node
+                    // service bound to [::]. Switching only needs no address
+                    // (isGateway turns IPv6 on again for an IPv6 gateway).
+                    crate::sysctl::ensure_ipv6_conf(&conf.name, "disable_ipv6", "1")?;
                     b
                 }
                 // Created meanwhile by someone else than an ADD (ADDs
@@ -338,13 +343,25 @@ pub fn wait_forwarding(node: &mut Handle, host: &Link) -> Result<(), PluginError
     }
 }
 
-/// Put gateway addresses on the bridge (isGateway) and enable forwarding.
+/// Put gateway addresses on the bridge (isGateway) and enable forwarding,
+/// behind the bridge's node-side guard (crates/kernel-path's gateway
+/// table): the node routes nothing from the segment to elsewhere or back,
+/// and answers nothing new from the segment but ICMP. The guard goes in
+/// first. Returns whether this call created the guard's table.
 pub fn ensure_gateways(
     node: &mut Handle,
     bridge: &Link,
     gateways: &[IpNetwork],
-) -> Result<(), PluginError> {
+) -> Result<bool, PluginError> {
+    if gateways.is_empty() {
+        return Ok(false);
+    }
+    let created = ensure_guard(&bridge.name)?;
     for g in gateways {
+        if g.is_ipv6() {
+            // A bridge the plugin created has IPv6 off (no link-local).
+            crate::sysctl::ensure_ipv6_conf(&bridge.name, "disable_ipv6", "0")?;
+        }
         node.ensure_addr(bridge.index, g, true)
             .ctx(|| format!("add gateway {g} to bridge {}", bridge.name))?;
         if g.is_ipv4() {
@@ -353,7 +370,41 @@ pub fn ensure_gateways(
             crate::sysctl::ensure("net.ipv6.conf.all.forwarding", "1")?;
         }
     }
-    Ok(())
+    Ok(created)
+}
+
+/// nft as the node's runtime finds it (its PATH), for the guard.
+fn nft_options() -> edgelink_kernel_path::Options {
+    edgelink_kernel_path::Options::default()
+}
+
+fn ensure_guard(bridge: &str) -> Result<bool, PluginError> {
+    let node = edgelink_netns::Netns::current()?;
+    edgelink_kernel_path::ensure_gateway_guard(&node, bridge, &nft_options()).map_err(|e| {
+        PluginError::Cni(CniError::new(
+            codes::KERNEL,
+            format!(
+                "isGateway: cannot guard bridge {bridge:?} (nftables table {}; nft from the Debian package nftables must be on the runtime's PATH): {e}",
+                edgelink_kernel_path::gateway_table(bridge)
+            ),
+        ))
+    })
+}
+
+/// Remove the guard a failed ADD created, once its bridge is gone too.
+pub fn remove_guard(node: &mut Handle, bridge: &str) {
+    if matches!(node.link_by_name(bridge), Ok(Some(_))) {
+        return; // the bridge stays (another port joined): so does its guard
+    }
+    let r = edgelink_netns::Netns::current()
+        .map_err(|e| e.to_string())
+        .and_then(|ns| {
+            edgelink_kernel_path::remove_gateway_guard(&ns, bridge, &nft_options())
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = r {
+        tracing::error!(error = %e, "rollback: cannot remove the guard of bridge {bridge}");
+    }
 }
 
 /// Undo `prepare` after a failed ADD: every step it recorded, in reverse.
