@@ -15,6 +15,13 @@
 #   STATE_DIR    the host's state dir       (/host/var/lib/edgelink)
 #   NODE_NAME    written to $STATE_DIR/node-name when set: the plugin's node
 #                name for per-node IPAM ranges (docs/configuration.md)
+#   UPLINKS, BRIDGES, SHARED_NETWORKS
+#                comma-separated names, written to $STATE_DIR/node-policy.json
+#                when any of the three is set: the uplinks and existing
+#                bridges a NetworkAttachmentDefinition may name on this node,
+#                and the network names pods of several namespaces may share
+#                (docs/configuration.md, "The node decides"). All unset: the
+#                file is left as it is.
 set -eu
 
 SRC=${SRC:-/opt/edgelink/bin/edgelink}
@@ -74,4 +81,32 @@ if [ -n "$NODE_NAME" ]; then
     printf '%s\n' "$NODE_NAME" >"$STATE_DIR/.node-name.tmp"
     mv -f "$STATE_DIR/.node-name.tmp" "$STATE_DIR/node-name"
     log "node name $NODE_NAME in $STATE_DIR/node-name"
+fi
+
+# "a,b" -> ["a", "b"]; names are interface or network names: nothing that
+# needs JSON escaping.
+json_list() {
+    out= IFS_OLD=$IFS
+    IFS=,
+    for n in $1; do
+        [ -n "$n" ] && out="${out:+$out, }\"$n\""
+    done
+    IFS=$IFS_OLD
+    printf '[%s]' "$out"
+}
+
+if [ -n "${UPLINKS+x}${BRIDGES+x}${SHARED_NETWORKS+x}" ]; then
+    for var in UPLINKS BRIDGES SHARED_NETWORKS; do
+        eval "val=\${$var:-}"
+        case $val in
+            *[!A-Za-z0-9_.:,-]*) die "$var=$val: not a comma-separated list of interface or network names" ;;
+        esac
+    done
+    [ -d "$STATE_DIR" ] || mkdir -p "$STATE_DIR"
+    chmod 0700 "$STATE_DIR"
+    printf '{"uplinks": %s, "bridges": %s, "sharedNetworks": %s}\n' \
+        "$(json_list "${UPLINKS:-}" UPLINKS)" "$(json_list "${BRIDGES:-}" BRIDGES)" \
+        "$(json_list "${SHARED_NETWORKS:-}" SHARED_NETWORKS)" >"$STATE_DIR/.node-policy.tmp"
+    mv -f "$STATE_DIR/.node-policy.tmp" "$STATE_DIR/node-policy.json"
+    log "node policy in $STATE_DIR/node-policy.json: $(cat "$STATE_DIR/node-policy.json")"
 fi

@@ -82,7 +82,7 @@ trap 'exit 130' INT TERM
 say() { printf '\n== %s\n' "$*"; }
 
 cni() { # cni COMMAND CONTAINER NETNS CONFIG-FILE
-    ip netns exec $NODE env -i PATH="$PATH" CNI_COMMAND="$1" CNI_CONTAINERID="$2" \
+    ip netns exec $NODE env -i PATH="$PATH" EDGELINK_STATE_DIR="$STATE" CNI_COMMAND="$1" CNI_CONTAINERID="$2" \
         CNI_NETNS="${3:+/var/run/netns/$3}" CNI_IFNAME=net1 CNI_PATH=/usr/lib/cni \
         CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=hil;K8S_POD_NAME=$2" \
         "$BIN" < "$4"
@@ -94,6 +94,8 @@ get() { # get PATH: the daemon's HTTP endpoint, from inside the node netns
 
 say "lab: node, device01-01 (172.17.16.120) on the private segment, a cluster client"
 mkdir -p "$STATE"
+# The node's policy: the uplinks a config may name (docs/configuration.md).
+echo '{"uplinks": ["uplink0", "uplink1"]}' > "$STATE/node-policy.json"
 for ns in "${ALL[@]}"; do
     ip netns add "$ns"
     ip -n "$ns" link set lo up

@@ -53,6 +53,7 @@ fuzz_target!(|data: &[u8]| {
     let plan = Plan {
         table: "edgelink".into(),
         private_ifname: rec.interface.name.clone(),
+        cluster_ifname: Some("eth0".into()),
         forwards,
         allowed: rec.allowed_targets.clone(),
     };

@@ -89,6 +89,21 @@ def fmt_ms(x):
     return "%.2f" % (x * 1000)
 
 
+def node_env(env, conf):
+    """EDGELINK_STATE_DIR for edgelink: the config's stateDir, as root sets
+    it for a node's runtime, with the lab's node policy (its uplinks) there
+    (docs/configuration.md, "The node decides")."""
+    state = conf.get("stateDir")
+    if not state:
+        return
+    env["EDGELINK_STATE_DIR"] = state
+    path = os.path.join(state, "node-policy.json")
+    if not os.path.exists(path):
+        os.makedirs(state, exist_ok=True)
+        with open(path, "w") as f:
+            f.write('{"uplinks": ["uplink0", "uplink1"]}\n')
+
+
 class Subject:
     def __init__(self, name, binary, conf):
         self.name, self.binary, self.conf = name, binary, conf
@@ -98,6 +113,7 @@ class Subject:
                "CNI_NETNS": "/var/run/netns/" + pod if pod else "",
                "CNI_PATH": REF, "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + cid,
                "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        node_env(env, conf or self.conf)
         data = json.dumps(conf or self.conf).encode()
         t = time.perf_counter()
         p = subprocess.run([self.binary], input=data, env=env, capture_output=True)

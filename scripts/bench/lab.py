@@ -32,6 +32,27 @@ def _plugin():
 PLUGIN = _plugin()
 DAEMON = os.environ.get("EDGELINKD_BIN", os.path.join(ROOT, "target/release/edgelinkd"))
 LOADGEN = os.environ.get("LOADGEN_BIN", os.path.join(ROOT, "target/release/elk-loadgen"))
+
+
+# The lab node's policy (docs/configuration.md, "The node decides"): the
+# uplinks its configs name. The plugin reads it from its state directory,
+# which the runtime's environment names (EDGELINK_STATE_DIR).
+LAB_POLICY = '{"uplinks": ["uplink0", "uplink1"]}\n'
+
+
+def node_env(env, conf):
+    """Set EDGELINK_STATE_DIR in `env` to the config's stateDir, as root
+    sets it for a node's runtime, and write the lab's node policy there."""
+    state = conf.get("stateDir")
+    if not state:
+        return env
+    env["EDGELINK_STATE_DIR"] = state
+    path = os.path.join(state, "node-policy.json")
+    if not os.path.exists(path):
+        os.makedirs(state, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(LAB_POLICY)
+    return env
 NGINX_STREAM = "/usr/lib/nginx/modules/ngx_stream_module.so"
 TAG = "elkrelay-%d" % os.getpid()
 NODE, DEV, POD, CLIENT = (TAG + s for s in ("-node", "-dev", "-pod", "-cli"))
@@ -316,6 +337,7 @@ class Lab:
                "CNI_NETNS": "/var/run/netns/" + ns, "CNI_PATH": "/usr/lib/cni",
                "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + pod,
                "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        node_env(env, conf)
         p = subprocess.run(["ip", "netns", "exec", NODE, PLUGIN], input=json.dumps(conf).encode(),
                            env=env, capture_output=True, timeout=30)
         if p.returncode != 0:

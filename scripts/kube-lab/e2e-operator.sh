@@ -47,9 +47,9 @@ o1_install() {
   local ip holder lip
   kc apply -f "$OP_DIR/crds.yaml" >/dev/null || return 1
   kc wait --for condition=established --timeout 30s crd/devices.edgelink.io crd/edgenetworks.edgelink.io >/dev/null || return 1
-  kc -n "$OPNS" get secret edgelink-status-token >/dev/null 2>&1 ||
-    kc -n "$OPNS" create secret generic edgelink-status-token --from-literal=token="$(head -c 32 /dev/urandom | base64)" >/dev/null
-  kc apply -f "$OP_DIR/rbac.yaml" -f "$OP_DIR/operator.yaml" >/dev/null || return 1
+  # edgelinkd reports with its ServiceAccount token (no Secret); the lab's
+  # bridge plugin ignores the NetworkPolicy, which the API server checks.
+  kc apply -f "$OP_DIR/rbac.yaml" -f "$OP_DIR/operator.yaml" -f "$OP_DIR/networkpolicy.yaml" >/dev/null || return 1
   ip=$(kc -n "$OPNS" get svc edgelink-operator-webhook -o jsonpath='{.spec.clusterIP}')
   kc -n "$OPNS" patch configmap edgelinkd-webhook --type merge \
     -p "{\"data\":{\"EDGELINKD_STATUS_WEBHOOK\":\"http://$ip:8080/v1/status\"}}" >/dev/null || return 1

@@ -114,6 +114,27 @@ class Scenario:
         return self.daemon
 
 
+# The lab node's policy (docs/configuration.md, "The node decides"): the
+# uplinks its configs name. The plugin reads it from its state directory,
+# which the runtime's environment names (EDGELINK_STATE_DIR).
+LAB_POLICY = '{"uplinks": ["uplink0", "uplink1"]}\n'
+
+
+def node_env(env, conf):
+    """Set EDGELINK_STATE_DIR in `env` to the config's stateDir, as root
+    sets it for a node's runtime, and write the lab's node policy there."""
+    state = conf.get("stateDir")
+    if not state:
+        return env
+    env["EDGELINK_STATE_DIR"] = state
+    path = os.path.join(state, "node-policy.json")
+    if not os.path.exists(path):
+        os.makedirs(state, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(LAB_POLICY)
+    return env
+
+
 def cni(cmd, conf, container, ns, ifname="net1", timeout=30, pod=None):
     """Run the plugin in the node netns as a runtime does (env + stdin);
     returns (exit code, parsed JSON stdout or its text, stderr). The pod's
@@ -122,6 +143,7 @@ def cni(cmd, conf, container, ns, ifname="net1", timeout=30, pod=None):
            "CNI_NETNS": "/var/run/netns/" + ns if ns else "", "CNI_PATH": "/usr/lib/cni",
            "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=soak;K8S_POD_NAME=" + (pod or container),
            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    node_env(env, conf)
     p = subprocess.run(["ip", "netns", "exec", lab.NODE, lab.PLUGIN], input=json.dumps(conf).encode(),
                        env=env, capture_output=True, timeout=timeout)
     out = p.stdout.decode(errors="replace")

@@ -258,6 +258,12 @@ trap 'exit 143' TERM
 # ---------------------------------------------------------------- test dir
 TESTDIR=$(mktemp -d /tmp/elk-e2e.XXXXXX)
 mkdir -p "$TESTDIR"/{net.d,bin,state,hostlocal,tmp,trace,graphroot,runroot}
+# The node decides the plugin's state directory (podman passes its own
+# environment to the plugins it runs) and, in its policy there, the uplink
+# and the bridge a config may name: the reference bridge plugin may have
+# made $BRIDGE first (docs/configuration.md, "The node decides").
+export EDGELINK_STATE_DIR="$TESTDIR/state"
+printf '{"uplinks": ["%s"], "bridges": ["%s"]}\n' "$UPLINK" "$BRIDGE" >"$TESTDIR/state/node-policy.json"
 
 cat >"$TESTDIR/containers.conf" <<EOF
 [containers]
@@ -498,7 +504,7 @@ conf["prevResult"] = cache["result"]
 print(json.dumps(conf))
 ' "$TESTDIR/net.d/$1.conflist" "$CNI_CACHE/$1-$2-eth0") || return 2
     nsenter --net="/var/run/netns/$NODE_NS" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-        CNI_COMMAND=CHECK CNI_CONTAINERID="$2" CNI_NETNS="$3" CNI_IFNAME=eth0 \
+        EDGELINK_STATE_DIR="$EDGELINK_STATE_DIR" CNI_COMMAND=CHECK CNI_CONTAINERID="$2" CNI_NETNS="$3" CNI_IFNAME=eth0 \
         CNI_PATH="$TESTDIR/bin:/usr/lib/cni" timeout 20 "$TESTDIR/bin/edgelink" <<<"$conf" 2>&1
 }
 

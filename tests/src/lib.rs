@@ -381,6 +381,7 @@ impl<'a> Call<'a> {
     /// a test sees next is what DEL leaves. A retired interface still there
     /// after 5 s stays, and the test's own assertions see it.
     fn finish(&self, mut cmd: Command, stdin: &[u8]) -> CniOutput {
+        self.node_state_dir(&mut cmd, stdin);
         let mut child = cmd.spawn().expect("spawn plugin");
         child.stdin.take().unwrap().write_all(stdin).unwrap();
         let out = child.wait_with_output().unwrap();
@@ -406,6 +407,33 @@ impl<'a> Call<'a> {
     pub fn run(&self, node: &Netns, conf: &Value) -> CniOutput {
         self.run_raw(node, conf.to_string().as_bytes())
     }
+
+    /// The node's state directory, as root sets it in a runtime's
+    /// environment: `EDGELINK_STATE_DIR` is the `stateDir` of the config
+    /// on stdin (the lab's), unless the test sets it itself. The plugin
+    /// refuses a `stateDir` that is not its node's (docs/security.md).
+    fn node_state_dir(&self, cmd: &mut Command, stdin: &[u8]) {
+        if self.extra_env.iter().any(|(k, _)| *k == STATE_DIR_ENV) {
+            return;
+        }
+        let conf: Option<Value> = serde_json::from_slice(stdin).ok();
+        if let Some(dir) = conf.as_ref().and_then(|c| c["stateDir"].as_str()) {
+            cmd.env(STATE_DIR_ENV, dir);
+        }
+    }
+}
+
+/// The plugin's environment variable for the node's state directory.
+pub const STATE_DIR_ENV: &str = "EDGELINK_STATE_DIR";
+
+/// The node policy a lab writes into its state directory: the uplinks its
+/// tests cable (`uplink0`, `uplink1`) and the bridge some create before the
+/// plugin runs (`edge0`). Tests of the policy write their own.
+pub const LAB_POLICY: &str = r#"{"uplinks": ["uplink0", "uplink1"], "bridges": ["edge0"]}"#;
+
+/// Write `policy` as the node policy of `state_dir` (0644, root's).
+pub fn write_node_policy(state_dir: &std::path::Path, policy: &str) {
+    std::fs::write(state_dir.join("node-policy.json"), policy).expect("write node-policy.json");
 }
 
 /// An edge node on one machine: a "node" namespace whose `uplink0` is
@@ -447,10 +475,12 @@ impl Lab {
         ]);
         device.ip(&["link", "set", "dev0", "up"]);
         node.ip(&["link", "set", "uplink0", "up"]);
+        let state = tempfile::tempdir().expect("tempdir");
+        write_node_policy(state.path(), LAB_POLICY);
         Lab {
             node,
             device,
-            state: tempfile::tempdir().expect("tempdir"),
+            state,
         }
     }
 
@@ -685,7 +715,9 @@ impl Running {
     /// Start `call` inside `node` with `conf` on stdin (stdin is closed
     /// after writing, as a runtime does).
     pub fn start(call: &Call<'_>, node: &Netns, conf: &Value) -> Running {
-        let mut child = call.command(node, true).spawn().expect("spawn plugin");
+        let mut cmd = call.command(node, true);
+        call.node_state_dir(&mut cmd, conf.to_string().as_bytes());
+        let mut child = cmd.spawn().expect("spawn plugin");
         {
             let mut stdin = child.stdin.take().expect("piped stdin");
             stdin

@@ -4,8 +4,9 @@
 use crate::config::{Config, Ipam};
 use crate::delegate;
 use crate::error::{Errors, PluginError};
+use crate::node::NodePolicy;
 use edgelink_cni_spec::{codes, CniError, CniResult, Command, Dns, Env, IpConfig, Route};
-use edgelink_ipam::{Owner, Store};
+use edgelink_ipam::{Owner, Ownership, Store};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -34,9 +35,15 @@ pub fn owner(env: &Env) -> Owner {
 }
 
 /// Reserve addresses. `probe(ip)` returns true when a device answers for ip.
+/// With the built-in IPAM, a pod's namespace (CNI_ARGS K8S_POD_NAMESPACE)
+/// must own the network's store, unless the node policy shares the network
+/// (`edgelink_ipam::store` module `owner`); the first namespace to take an
+/// address from a store owns it. Callers without a namespace (a runtime
+/// outside Kubernetes, root's) are not asked.
 pub fn add(
     cfg: &Config,
     env: &Env,
+    policy: &NodePolicy,
     probe: &mut dyn FnMut(IpAddr) -> bool,
 ) -> Result<Assigned, PluginError> {
     match &cfg.ipam {
@@ -44,7 +51,20 @@ pub fn add(
         Ipam::Builtin(ic) => {
             let store = Store::open(&cfg.state_dir, &cfg.net.name)?;
             let mut lock = store.lock(LOCK_TIMEOUT)?;
+            let namespace = env
+                .args
+                .pod_namespace()
+                .filter(|ns| !ns.is_empty() && !policy.shares(&cfg.net.name));
+            let claim = match namespace {
+                Some(ns) => lock.check_owner(ns)? == Ownership::Claimable,
+                None => false,
+            };
             let allocs = lock.allocate(ic, &owner(env), &cfg.requested_ips, probe)?;
+            if let (true, Some(ns)) = (claim, namespace) {
+                if let Err(e) = lock.record_owner(ns) {
+                    tracing::warn!(error = %e, "could not record the store's namespace");
+                }
+            }
             drop(lock);
             let ips: Vec<IpConfig> = allocs
                 .iter()

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 mod forwards;
 mod reverse;
 
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/edgelink";
+pub use crate::node::DEFAULT_STATE_DIR;
 pub const DEFAULT_BRIDGE: &str = "edge0";
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5000;
 /// `forwards[].idleTimeoutMs` at most: a week.
@@ -97,6 +97,9 @@ pub struct Config {
 /// (DEL with a stripped config, logging set-up).
 #[derive(Debug, Clone)]
 pub struct Basics {
+    /// The node's state directory ([`crate::node::state_dir`]): a config's
+    /// `stateDir` never moves it. DEL works there whatever the config says
+    /// (a `stateDir` that ADD refused named nothing that ADD made).
     pub state_dir: PathBuf,
     pub log_file: Option<String>,
     pub log_level: Option<String>,
@@ -104,11 +107,12 @@ pub struct Basics {
 
 pub fn basics(raw: &Value) -> Basics {
     let s = |k: &str| raw.get(k).and_then(Value::as_str).map(str::to_string);
+    let state_dir = crate::node::state_dir();
+    if let Some(v) = s("stateDir").filter(|v| !crate::node::same_dir(v, &state_dir)) {
+        tracing::warn!(stateDir = %v, node = %state_dir.display(), "the config's stateDir is not this node's state directory: ignored");
+    }
     Basics {
-        state_dir: s("stateDir")
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+        state_dir,
         log_file: s("logFile").filter(|p| !p.is_empty()),
         log_level: s("logLevel"),
     }
@@ -248,8 +252,15 @@ fn cidr_list(
 }
 
 impl Config {
-    /// Validate everything ADD, CHECK and STATUS need.
+    /// Validate everything ADD, CHECK and STATUS need, on this node (its
+    /// state directory: [`crate::node::state_dir`]).
     pub fn parse(net: NetConf, env: &Env) -> Result<Config, PluginError> {
+        Self::parse_in(net, env, crate::node::state_dir())
+    }
+
+    /// As [`Config::parse`], for a node whose state directory is `node_dir`:
+    /// a `stateDir` in the config must name it (code 7 naming both).
+    pub fn parse_in(net: NetConf, env: &Env, node_dir: PathBuf) -> Result<Config, PluginError> {
         let Value::Object(o) = &net.raw else {
             unreachable!("NetConf::parse only accepts objects")
         };
@@ -327,17 +338,10 @@ impl Config {
                 ));
             }
         }
-        let state_dir = match get_str(o, "stateDir")? {
-            Some(s) if s.starts_with('/') => PathBuf::from(s),
-            Some(s) => {
-                return Err(bad(
-                    "stateDir",
-                    &Value::String(s.into()),
-                    "is not an absolute path",
-                ))
-            }
-            None => PathBuf::from(DEFAULT_STATE_DIR),
-        };
+        if let Some(s) = get_str(o, "stateDir")? {
+            crate::node::check_state_dir(s, &node_dir)?;
+        }
+        let state_dir = node_dir;
 
         // MAC: runtimeConfig.mac (capability), then CNI_ARGS MAC=, then `mac`.
         let mut mac = match get_str(o, "mac")? {

@@ -65,6 +65,9 @@ impl PluginError {
                     codes::ADDRESS_UNAVAILABLE
                 }
                 IpamError::LockTimeout { .. } => codes::TRY_AGAIN_LATER,
+                // The network name is another namespace's on this node: the
+                // config is wrong for this pod, a retry does not help.
+                IpamError::NotOwner { .. } => codes::INVALID_CONFIG,
                 _ => codes::IO_FAILURE,
             },
             PluginError::Record(_) | PluginError::Io { .. } => codes::IO_FAILURE,

@@ -18,4 +18,5 @@ mod examples;
 pub mod lock;
 pub mod logfile;
 pub mod names;
+pub mod node;
 pub mod sysctl;

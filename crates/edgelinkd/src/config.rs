@@ -213,9 +213,21 @@ pub struct RunArgs {
     /// process ID and start time.
     #[arg(long, env = "EDGELINKD_INSTANCE_ID")]
     pub instance_id: Option<String>,
-    /// The hand-over protocol to announce (tests of a mismatch only).
+    /// The newest hand-over protocol to speak, announcing it when taking
+    /// over and refusing newer ones when handing over (tests of a mismatch
+    /// and of a protocol-1 peer only).
     #[arg(long, hide = true, default_value_t = edgelink_handover::PROTOCOL)]
     pub handover_protocol: u32,
+    /// Handing over: how long to wait for the new daemon's Confirm once it
+    /// has everything (seconds). Past it, this daemon takes everything
+    /// back and serves on, and the new one, told so, exits without serving.
+    #[arg(long, default_value = "10", value_parser = period)]
+    pub handover_timeout: Duration,
+    /// Test hook (debug builds only): wait this long before confirming a
+    /// take-over (milliseconds).
+    #[cfg(debug_assertions)]
+    #[arg(long, hide = true)]
+    pub test_stall_confirm_ms: Option<u64>,
     /// On SIGTERM, how long existing connections may drain (seconds).
     #[arg(long, default_value = "20", value_parser = secs)]
     pub grace_period: Duration,
@@ -342,6 +354,16 @@ pub struct RunArgs {
     /// accepted, whatever it is doing (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
     pub status_conn_timeout: Duration,
+    /// A connection to the status endpoint must send its whole request head
+    /// within this long (after accept, and after each answer) or is closed
+    /// (seconds).
+    #[arg(long, default_value = "5", value_parser = period)]
+    pub status_header_timeout: Duration,
+    /// At most this many connections to the status endpoint are held; a
+    /// new one beyond takes the place of the oldest that is still waiting
+    /// for its request head.
+    #[arg(long, default_value = "64", value_parser = clap::value_parser!(u16).range(1..))]
+    pub status_max_connections: u16,
     /// Directories of delegated IPAM plugins (`:`-separated, as CNI_PATH).
     /// When set, reclaiming an attachment whose pod went without a DEL
     /// runs its delegate's DEL from there, and keeps the record while that

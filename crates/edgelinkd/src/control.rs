@@ -22,6 +22,42 @@ pub fn bind(d: &Daemon) -> anyhow::Result<UnixListener> {
     Ok(l)
 }
 
+/// The control socket's path as this daemon found it once it held the
+/// socket (bound or taken over): removed at exit only if it is still that
+/// file. Another daemon may have bound the path since (one started afresh
+/// beside this one); a daemon that handed its socket over exits without
+/// getting here.
+pub struct SocketFile {
+    path: std::path::PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl SocketFile {
+    pub fn of(state_dir: &std::path::Path) -> SocketFile {
+        let path = state_dir.join(edgelink_attachment::DAEMON_SOCKET);
+        let id = file_id(&path);
+        SocketFile { path, id }
+    }
+
+    pub fn remove_if_ours(&self) {
+        match (self.id, file_id(&self.path)) {
+            (Some(ours), Some(now)) if ours == now => {
+                let _ = std::fs::remove_file(&self.path);
+            }
+            (_, None) => {}
+            _ => tracing::info!(socket = %self.path.display(),
+                "the control socket's path is another daemon's now: left in place"),
+        }
+    }
+}
+
+fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
 pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
     // A connection that asked for a hand-over comes back here: the
     // hand-over runs in this loop, which accepts nothing meanwhile (the

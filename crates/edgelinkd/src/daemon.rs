@@ -7,9 +7,10 @@
 use crate::config::RunArgs;
 use crate::factory::Factory;
 use crate::fds::{FdReserve, FD_RESERVE};
-use crate::forward::{self, PrivateSide, Shared};
+use crate::forward::{self, Shared};
 use crate::kernel::KernelForwards;
 use crate::model::{now, AttachmentStatus, ForwardRuntime, MalformedRecord, Status};
+use crate::private_side::{PrivateSide, CLUSTER_IFNAME};
 use crate::reverse::ReverseSide;
 use crate::workers::Workers;
 use edgelink_attachment::{Record, RecordError, RecordStore};
@@ -153,8 +154,8 @@ pub struct Daemon {
     pub instance: String,
     /// The instance this daemon took over from: never handed back to it.
     pub taken_from: Mutex<Option<String>>,
-    /// A hand-over is under way.
-    pub handing_over: AtomicBool,
+    /// Serving, handing over or stopping: one at a time.
+    pub gate: crate::handover::Gate,
     /// What /status warns of (set by each pass).
     warnings: Mutex<Vec<String>>,
 }
@@ -190,7 +191,7 @@ impl Daemon {
             pass: tokio::sync::Mutex::new(()),
             instance: instance_id(&args_instance),
             taken_from: Mutex::new(None),
-            handing_over: AtomicBool::new(false),
+            gate: Default::default(),
             warnings: Mutex::new(Vec::new()),
         })
     }
@@ -405,7 +406,9 @@ impl Daemon {
                         continue;
                     }
                     let a = self.start(rec, ns).await;
-                    self.map().insert(k, a);
+                    let netns_id = a.netns_id;
+                    self.map().insert(k.clone(), a);
+                    self.kernel_again_beside(&k, netns_id).await;
                     changed = true;
                 }
                 Err(NetnsError::NotFound { .. }) | Err(NetnsError::NotNetns { .. })
@@ -570,6 +573,22 @@ impl Daemon {
         }
     }
 
+    /// Attachment `k` just started in netns `id`, and its plugin's ADD
+    /// turned forwarding off in the whole pod: the kernel path of another
+    /// attachment there installs its table again, which turns forwarding
+    /// on again behind it.
+    async fn kernel_again_beside(&self, k: &Key, id: (u64, u64)) {
+        let beside: Vec<Arc<KernelForwards>> = self
+            .map()
+            .iter()
+            .filter(|(other, a)| *other != k && a.netns_id == id)
+            .filter_map(|(_, a)| a.kernel.clone())
+            .collect();
+        for kf in beside {
+            kf.ensure().await;
+        }
+    }
+
     /// Start again, each alone, the forwards of attachment `k` whose
     /// listener failed; returns whether one came up.
     async fn retry_failed(&self, k: &Key) -> bool {
@@ -668,6 +687,7 @@ impl Daemon {
         let private = PrivateSide::new(
             &a.record,
             factory.ifindex(&a.record.interface.name).await.ok(),
+            factory.ifindex(CLUSTER_IFNAME).await.ok(),
         );
         a.sockets = Some((factory, private));
         for i in 0..a.forwards.len() {

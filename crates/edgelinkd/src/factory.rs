@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 enum Request {
     Tcp(Domain, oneshot::Sender<io::Result<Socket>>),
     Udp(Domain, oneshot::Sender<io::Result<Socket>>),
-    Listener(SocketAddr, bool, bool, oneshot::Sender<io::Result<Socket>>),
+    Listener(SocketAddr, bool, oneshot::Sender<io::Result<Socket>>),
     IfIndex(String, oneshot::Sender<io::Result<u32>>),
     Refill,
 }
@@ -66,7 +66,7 @@ fn udp_socket(domain: Domain) -> io::Result<Socket> {
     Ok(s)
 }
 
-fn listener(addr: SocketAddr, stream: bool, reuse_port: bool) -> io::Result<Socket> {
+fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
     let domain = Domain::for_address(addr);
     let s = if stream {
         Socket::new(
@@ -81,12 +81,18 @@ fn listener(addr: SocketAddr, stream: bool, reuse_port: bool) -> io::Result<Sock
             Some(Protocol::UDP),
         )?
     };
-    s.set_reuse_address(true)?;
-    // One listener per worker on the same port; the kernel spreads new
-    // connections (and UDP flows, by their addresses) over them. Only
-    // sockets of the same user may join: not the pod's own processes.
-    if reuse_port {
-        s.set_reuse_port(true)?;
+    // One socket per address and forward, never SO_REUSEPORT: the kernel
+    // lets any socket of the same uid join a reuseport group, and in a pod
+    // without a user namespace uid 0 is the daemon's, so a root process of
+    // the pod (no capability needed) would take a share of the
+    // connections. Without it, its bind fails: the port is ours
+    // (crate::listen shares the one listener among the workers).
+    // SO_REUSEADDR only for TCP (rebinding beside the TIME_WAITs of the
+    // last daemon's connections); a listening TCP socket still refuses any
+    // other bind of its port. Two UDP sockets with it may share a port,
+    // and a stranger's on the pod's address would take the datagrams.
+    if stream {
+        s.set_reuse_address(true)?;
     }
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
@@ -152,8 +158,8 @@ impl Factory {
                         Request::Udp(d, reply) => {
                             let _ = reply.send(udp_socket(d));
                         }
-                        Request::Listener(addr, stream, reuse_port, reply) => {
-                            let _ = reply.send(listener(addr, stream, reuse_port));
+                        Request::Listener(addr, stream, reply) => {
+                            let _ = reply.send(listener(addr, stream));
                         }
                         Request::IfIndex(name, reply) => {
                             let _ = reply.send(
@@ -209,16 +215,10 @@ impl Factory {
             .map_err(|_| io::Error::other("netns thread is gone"))?
     }
 
-    /// A listening socket bound to `addr` inside the namespace, with
-    /// SO_REUSEPORT when `reuse_port` (one per worker).
-    pub async fn listener(
-        &self,
-        addr: SocketAddr,
-        stream: bool,
-        reuse_port: bool,
-    ) -> io::Result<Socket> {
-        self.ask(|tx| Request::Listener(addr, stream, reuse_port, tx))
-            .await
+    /// A listening socket bound to `addr` inside the namespace, the only
+    /// one on its port (no SO_REUSEPORT).
+    pub async fn listener(&self, addr: SocketAddr, stream: bool) -> io::Result<Socket> {
+        self.ask(|tx| Request::Listener(addr, stream, tx)).await
     }
 
     /// The index of interface `name` inside the namespace.

@@ -5,15 +5,18 @@
 use crate::config::RunArgs;
 use crate::factory::Factory;
 use crate::fds::FdReserve;
+use crate::listen::{Ends, Sock};
 use crate::model::ForwardRuntime;
-use crate::parking::{Adopted, ForwardId, Guard, Item, Lot, ParkedConn};
-use crate::protect::Admission;
+use crate::parking::{Adopted, ForwardId, Guard, Item, Lot, ParkedConn, Pending};
+use crate::private_side::PrivateSide;
+use crate::protect::{Admission, Place, Turn};
+use crate::resume::Entry;
 use crate::sockopt;
 use crate::workers::Workers;
-use edgelink_attachment::{ForwardPath, Protocol, Record};
-use edgelink_relay::{Counters, PipePool, Relayed, TcpRelayConfig, UdpConfig, UdpForward};
+use edgelink_attachment::{ForwardPath, Protocol};
+use edgelink_relay::{Counters, PipePool, Relayed, TcpRelayConfig, UdpConfig};
 use ipnetwork::IpNetwork;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,53 +24,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
-
-/// Tells connections that come from the private side (through the
-/// edgelink interface itself) from those of the cluster.
-#[derive(Clone, Debug)]
-pub struct PrivateSide {
-    /// Index of the edgelink interface in the pod.
-    ifindex: Option<u32>,
-    /// Its addresses and subnets.
-    nets: Vec<IpNetwork>,
-}
-
-impl PrivateSide {
-    pub fn new(rec: &Record, ifindex: Option<u32>) -> PrivateSide {
-        PrivateSide {
-            ifindex,
-            nets: rec.interface.ips.clone(),
-        }
-    }
-
-    /// A device must not use the relay to reach into the cluster: refuse
-    /// what arrived on the edgelink interface, what was addressed to it, and
-    /// what comes from its segment.
-    pub fn refuses(
-        &self,
-        peer: SocketAddr,
-        local: Option<SocketAddr>,
-        ingress: Option<u32>,
-    ) -> bool {
-        if ingress.is_some() && ingress == self.ifindex {
-            return true;
-        }
-        let peer_ip = canonical(peer.ip());
-        self.nets
-            .iter()
-            .any(|n| n.contains(peer_ip) || local.is_some_and(|l| canonical(l.ip()) == n.ip()))
-    }
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
 
 /// What the forwards of every attachment share.
 pub struct Shared {
@@ -137,9 +93,10 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     }
     let workers = ctx.shared.workers.clone();
     let stream = spec.protocol == Protocol::Tcp;
-    // TCP: a listener on every worker. UDP: one socket on one worker (the
-    // forwards spread by port), so that its session table, and the
-    // `--udp-max-sessions` bound on it, stay whole.
+    // TCP: one listener per address, accepted on by every worker
+    // (crate::listen). UDP: one socket on one worker (the forwards spread
+    // by port), so that its session table, and the `--udp-max-sessions`
+    // bound on it, stay whole.
     let on: Vec<usize> = if stream {
         (0..workers.len()).collect()
     } else {
@@ -153,64 +110,55 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
         .claim(&ctx.id())
         .filter(|a| adopted_fits(a, spec.port, stream));
     let socks = match adopted {
-        Some(a) => {
+        Some(mut a) => {
             tracing::info!(forward = %spec.name, listeners = a.listeners.len() + a.udp.len(),
                 connections = a.conns.len(), sessions = a.udp.iter().map(|u| u.sessions.len()).sum::<usize>(),
                 "serving what was handed over");
-            let mut socks: Vec<(usize, Sock)> = Vec::new();
-            for (i, l) in a.listeners.into_iter().enumerate() {
-                socks.push((on[i % on.len()], Sock::Tcp(l)));
+            // A daemon before this one's made a listener per worker with
+            // SO_REUSEPORT, that a root process of the pod could join:
+            // closed and bound anew (the clients in their accept queues
+            // are reset, once); the connections go on.
+            let rebind = a.listeners.iter().any(crate::listen::joinable);
+            let listeners = std::mem::take(&mut a.listeners);
+            let mut socks: Vec<Sock> = Vec::new();
+            if rebind {
+                tracing::warn!(forward = %spec.name, "handed-over listeners have SO_REUSEPORT: bound anew");
+                drop(listeners);
+            } else {
+                socks.extend(listeners.into_iter().map(Sock::Tcp));
             }
-            for u in a.udp {
-                socks.push((on[0], Sock::Udp(u)));
-            }
-            for (i, c) in a.conns.into_iter().enumerate() {
-                let Some(slot) = Slot::take(&ctx) else {
-                    drop_conn(c);
-                    continue;
-                };
-                let c2 = ctx.clone_for();
-                let guard = ctx.shared.lot.guard();
-                workers.spawn(
-                    on[i % on.len()],
-                    async move { resumed(c, c2, slot, guard).await }.instrument(
-                        tracing::debug_span!("conn", forward = %spec.name, resumed = true),
-                    ),
-                );
+            a.udp.iter().for_each(crate::listen::seal_udp);
+            socks.extend(a.udp.into_iter().map(Sock::Udp));
+            // Before the accept loops start: new clients queue behind.
+            crate::resume::spawn(&ctx, a.conns, &on);
+            if rebind {
+                match crate::listen::bind_when_free(&ctx).await {
+                    Some(s) => socks.extend(s),
+                    None => return Vec::new(),
+                }
             }
             socks
         }
-        None => match bind(&ctx, &on).await {
+        None => match crate::listen::bind(&ctx).await {
             Some(s) => s,
             None => return Vec::new(),
         },
     };
     let mut tasks = Vec::new();
-    for (w, sock) in socks {
+    for sock in socks {
+        let w = on[0];
         let span = tracing::info_span!("forward", name = %spec.name, port = spec.port, target = %target_name(&f), worker = w);
         let task = match sock {
-            Sock::Tcp(std) => {
-                let c = ctx.clone_for();
-                let guard = ctx.shared.lot.guard();
-                workers.spawn(
-                    w,
-                    async move {
-                        // Registered with this worker's runtime: here.
-                        sockopt::cap_buffers(&std, c.shared.args.socket_buffer);
-                        let registered = std
-                            .set_nonblocking(true)
-                            .and_then(|()| tokio::net::TcpListener::from_std(std));
-                        match registered {
-                            Ok(l) => accept_loop(l, c, guard).await,
-                            Err(e) => {
-                                c.forward.error(e);
-                                c.forward.set_listener("failed");
-                            }
-                        }
-                    }
-                    .instrument(span),
-                )
-            }
+            Sock::Tcp(std) => match crate::listen::serve_tcp(&ctx, &on, std) {
+                Some(t) => {
+                    tasks.extend(t);
+                    continue;
+                }
+                None => {
+                    tasks.iter().for_each(JoinHandle::abort);
+                    return Vec::new();
+                }
+            },
             Sock::Udp(forward) => {
                 let cfg = UdpConfig {
                     idle_timeout: ctx.shared.args.udp_idle_timeout,
@@ -276,63 +224,6 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     tasks
 }
 
-/// A forward's socket, new or handed over, with the worker it goes to.
-enum Sock {
-    Tcp(std::net::TcpListener),
-    Udp(UdpForward),
-}
-
-/// New listeners, one per worker in `on` and address: the IPv4 ones are
-/// required (and the IPv6 ones for an IPv6 target). A forward comes up
-/// whole or not at all: `None` (failed, retried on the next pass).
-async fn bind(ctx: &Ctx, on: &[usize]) -> Option<Vec<(usize, Sock)>> {
-    let f = &ctx.forward;
-    let spec = &f.spec;
-    let stream = spec.protocol == Protocol::Tcp;
-    let reuse_port = on.len() > 1;
-    // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
-    // device too; a pod without IPv6 simply has no such listener.
-    // A reverse forward: on the interface's own addresses, each required.
-    let addrs = match &f.reverse {
-        Some(r) => r.listen_addrs(),
-        None => vec![
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
-            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
-        ],
-    };
-    let mut socks = Vec::new();
-    'addrs: for addr in addrs {
-        let mut these = Vec::new();
-        for &w in on {
-            match ctx.factory.listener(addr, stream, reuse_port).await {
-                Ok(s) => these.push((
-                    w,
-                    if stream {
-                        Sock::Tcp(s.into())
-                    } else {
-                        Sock::Udp(UdpForward {
-                            listener: s.into(),
-                            sessions: Vec::new(),
-                        })
-                    },
-                )),
-                Err(e) if addr.is_ipv6() && !spec.target.is_ipv6() && f.reverse.is_none() => {
-                    tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
-                    continue 'addrs;
-                }
-                Err(e) => {
-                    f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
-                    tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
-                    f.set_listener("failed");
-                    return None;
-                }
-            }
-        }
-        socks.extend(these);
-    }
-    Some(socks)
-}
-
 /// Whether handed-over sockets are this forward's: listeners of its
 /// protocol on its port. (A record that changed between the two daemons
 /// makes new ones; the old ones are dropped with what no forward claims.)
@@ -367,11 +258,6 @@ fn drop_adopted(a: &Adopted) {
     a.conns.iter().for_each(ParkedConn::reset);
 }
 
-fn drop_conn(c: ParkedConn) {
-    tracing::debug!("the daemon's connection cap is reached: a handed-over connection is reset");
-    c.reset();
-}
-
 impl Ctx {
     pub fn id(&self) -> ForwardId {
         (
@@ -384,7 +270,12 @@ impl Ctx {
     /// Whether an accepted connection must be reset: a forward refuses
     /// the private side; a reverse forward admits only its sources, on
     /// the interface.
-    fn refuses(&self, peer: SocketAddr, local: Option<SocketAddr>, ingress: Option<u32>) -> bool {
+    pub(crate) fn refuses(
+        &self,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        ingress: Option<u32>,
+    ) -> bool {
         match &self.forward.reverse {
             Some(r) => !r.admits(peer, ingress, self.private.ifindex),
             None => self.private.refuses(peer, local, ingress),
@@ -403,7 +294,7 @@ impl Ctx {
         }
     }
 
-    fn clone_for(&self) -> Ctx {
+    pub(crate) fn clone_for(&self) -> Ctx {
         Ctx {
             attachment: self.attachment.clone(),
             shared: self.shared.clone(),
@@ -417,86 +308,10 @@ impl Ctx {
     }
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, mut ctx: Ctx, guard: Guard) {
-    let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
-    let mut warned: Option<std::time::Instant> = None;
-    let park = ctx.shared.lot.token();
-    loop {
-        if park.is_cancelled() {
-            // A hand-over: the listener goes as it is, with the
-            // connections waiting in its queue.
-            match listener.into_std() {
-                Ok(l) => ctx.shared.lot.park(Item::Listener(ctx.id(), l)),
-                Err(e) => tracing::warn!(error = %e, "cannot hand a listener over"),
-            }
-            drop(guard);
-            return;
-        }
-        let fds = &ctx.shared.fds;
-        if !fds.whole() {
-            fds.refill();
-        }
-        if fds.paused() {
-            // The descriptors kept for the control socket and the status
-            // server are lent out or not back yet: leave what is free to
-            // them, accept nothing for now.
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
-                _ = ctx.stop.wait_for(|s| *s) => break,
-            }
-        }
-        let accepted = tokio::select! {
-            biased;
-            () = park.cancelled() => continue,
-            r = listener.accept() => r,
-            _ = ctx.stop.wait_for(|s| *s) => break,
-        };
-        let (client, peer) = match accepted {
-            Ok(c) => c,
-            Err(e) => {
-                // EMFILE and friends: note it, breathe, go on. At the fd
-                // limit this repeats every 50 ms: one warning a minute.
-                ctx.forward.error(format!("accept: {e}"));
-                if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    warned = Some(std::time::Instant::now());
-                    tracing::warn!(error = %e, "accept failed (repeats logged at debug for a minute)");
-                } else {
-                    tracing::debug!(error = %e, "accept failed");
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
-                    _ = ctx.stop.wait_for(|s| *s) => break,
-                }
-            }
-        };
-        let ingress = sockopt::ingress_ifindex(&client, v6);
-        if ctx.refuses(peer, client.local_addr().ok(), ingress) {
-            Counters::inc(&ctx.forward.counters.refused);
-            tracing::debug!(%peer, ?ingress, "refused a connection (private side, or not an allowed source)");
-            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-            continue;
-        }
-        let Some(slot) = Slot::take(&ctx) else {
-            Counters::inc(&ctx.forward.rejected);
-            tracing::debug!(%peer, "the daemon's connection cap is reached: reset");
-            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-            continue;
-        };
-        let c = ctx.clone_for();
-        let g = ctx.shared.lot.guard();
-        tokio::spawn(
-            async move { connection(client, c, slot, g).await }
-                .instrument(tracing::debug_span!("conn", %peer)),
-        );
-    }
-    drop(listener);
-    ctx.forward.set_listener("stopped");
-}
-
 /// A connection's place under the caps: counted in its forward's active
 /// gauge and in the daemon's total until dropped, however the connection
 /// ends.
-struct Slot {
+pub(crate) struct Slot {
     forward: Arc<ForwardRuntime>,
     shared: Arc<Shared>,
 }
@@ -505,7 +320,7 @@ impl Slot {
     /// A place for one more accepted connection, or `None` when the
     /// daemon's `--max-connections` is reached. (A forward's own
     /// `maxConnections` queues instead: [`crate::protect`].)
-    fn take(ctx: &Ctx) -> Option<Slot> {
+    pub(crate) fn take(ctx: &Ctx) -> Option<Slot> {
         let max = u64::from(ctx.shared.args.max_connections);
         let total = ctx.shared.connections.fetch_add(1, Ordering::AcqRel);
         if max > 0 && total >= max {
@@ -557,7 +372,17 @@ impl Drop for ResetUnlessDone {
     }
 }
 
-async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: Guard) {
+/// Serve an accepted client: `ends` are its addresses as they were at
+/// accept (its PROXY protocol header names them); `entry` how it comes to
+/// its place under `maxConnections`.
+pub(crate) async fn connection(
+    client: tokio::net::TcpStream,
+    ends: Ends,
+    ctx: Ctx,
+    slot: Slot,
+    guard: Guard,
+    entry: Entry,
+) {
     let f = &ctx.forward;
     let c = &f.counters;
     Counters::inc(&c.total);
@@ -568,23 +393,30 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: 
     // relay registers with it, and the daemon-wide one is not a lock all
     // connections of all workers contend for.
     let park = ctx.shared.lot.token().child_token();
-    // Admission under `maxConnections` (first in, first out; the permit is
+    // Admission under `maxConnections` (first in, first out; the place is
     // held until the relay ends), then the connect. A hand-over meanwhile
-    // takes the client as it is: the next daemon does both again. The
-    // attachment gone meanwhile: reset, the target never dialed.
+    // takes the client as it is, with its place or its wait: the next
+    // daemon connects it, or queues it again in its turn. The attachment
+    // gone meanwhile: reset, the target never dialed.
+    let (turn, since) = entry.turn(&f.protection);
+    let mut admitted = false;
     let mut close = ctx.close.clone();
     let setup = tokio::select! {
         biased;
         () = park.cancelled() => None,
         _ = close.wait_for(|c| *c) => Some(Setup::Refused),
-        r = admit_and_connect(&ctx, &client) => Some(r),
+        r = admit_and_connect(&ctx, &client, ends, turn, &mut admitted) => Some(r),
     };
     let Some(setup) = setup else {
+        let queued_since = (!admitted).then_some(since);
         match client.into_std() {
-            Ok(s) => ctx
-                .shared
-                .lot
-                .park(Item::Conn(ctx.id(), ParkedConn::Pending(s))),
+            Ok(client) => ctx.shared.lot.park(Item::Conn(
+                ctx.id(),
+                ParkedConn::Pending(Pending {
+                    client,
+                    queued_since,
+                }),
+            )),
             Err(e) => tracing::debug!(error = %e, "cannot hand a waiting connection over"),
         }
         drop((slot, guard));
@@ -608,20 +440,23 @@ async fn connection(client: tokio::net::TcpStream, ctx: Ctx, slot: Slot, guard: 
 
 /// How admission and the connect ended.
 enum Setup {
-    Go(
-        Option<tokio::sync::OwnedSemaphorePermit>,
-        tokio::net::TcpStream,
-    ),
+    Go(Option<Place>, tokio::net::TcpStream),
     /// Queue timeout, full queue, or the target cannot be reached: the
     /// client is reset.
     Refused,
-    /// The client left the queue.
+    /// The client reset while it waited for a place or for the connect.
     Left,
 }
 
-async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
+async fn admit_and_connect(
+    ctx: &Ctx,
+    client: &tokio::net::TcpStream,
+    ends: Ends,
+    turn: Turn,
+    admitted: &mut bool,
+) -> Setup {
     let f = &ctx.forward;
-    let permit = match f.protection.admit(client).await {
+    let permit = match f.protection.wait(turn, client).await {
         Admission::Go(p) => p,
         Admission::TimedOut => {
             tracing::debug!("waited longer than the queue timeout: reset");
@@ -633,9 +468,19 @@ async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
         }
         Admission::Left => return Setup::Left,
     };
+    *admitted = true;
     // TCP_NODELAY: the client's comes from the listener, the upstream's
     // from the factory.
-    match connect_with_header(ctx, client).await {
+    // A client that resets meanwhile ends it: its own failure, nothing
+    // counted against the device.
+    let connected = tokio::select! {
+        r = connect_with_header(ctx, ends) => r,
+        () = crate::protect::reset_by_peer(client) => {
+            tracing::debug!("the client reset during the connect");
+            return Setup::Left;
+        }
+    };
+    match connected {
         Ok(s) => {
             f.reach(true, None);
             Setup::Go(permit, s)
@@ -651,7 +496,7 @@ async fn admit_and_connect(ctx: &Ctx, client: &tokio::net::TcpStream) -> Setup {
     }
 }
 
-fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
+pub(crate) fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
     let args = &ctx.shared.args;
     TcpRelayConfig {
         pipe_size: args.pipe_size,
@@ -663,43 +508,8 @@ fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
     }
 }
 
-/// A connection handed over to this daemon (or back to it).
-async fn resumed(conn: ParkedConn, ctx: Ctx, slot: Slot, guard: Guard) {
-    match conn {
-        ParkedConn::Pending(s) => {
-            let client = s
-                .set_nonblocking(true)
-                .and_then(|()| tokio::net::TcpStream::from_std(s));
-            match client {
-                Ok(client) => connection(client, ctx, slot, guard).await,
-                Err(e) => tracing::debug!(error = %e, "a handed-over connection is unusable"),
-            }
-        }
-        ParkedConn::Relaying(p) => {
-            // Its place under `maxConnections`, if there is one free; it is
-            // relayed either way (its target holds it already).
-            let permit = ctx.forward.protection.try_take();
-            let cfg = relay_config(&ctx);
-            let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
-            let park = ctx.shared.lot.token().child_token();
-            let pipes = ctx.shared.pipes.clone();
-            let c = &ctx.forward.counters;
-            let run = edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park);
-            finish(
-                &ctx,
-                relay(run, fds, ctx.close.clone()).await,
-                (slot, guard, permit),
-            );
-        }
-    }
-}
-
 /// After the relay: count how it ended, or park it.
-fn finish(
-    ctx: &Ctx,
-    r: Option<Relayed>,
-    held: (Slot, Guard, Option<tokio::sync::OwnedSemaphorePermit>),
-) {
+pub(crate) fn finish(ctx: &Ctx, r: Option<Relayed>, held: (Slot, Guard, Option<Place>)) {
     let c = &ctx.forward.counters;
     match r {
         Some(Relayed::Ended(Ok(()))) => {}
@@ -730,7 +540,7 @@ fn finish(
 /// it, so that nothing keeps the pod's namespace alive. Ended that way, or
 /// dropped (the task aborted), both sockets (`fds`) are reset: bytes in
 /// flight are lost.
-async fn relay(
+pub(crate) async fn relay(
     run: impl std::future::Future<Output = Relayed>,
     fds: [RawFd; 2],
     mut close: watch::Receiver<bool>,
@@ -812,11 +622,10 @@ async fn connect(ctx: &Ctx, target: SocketAddr) -> std::io::Result<tokio::net::T
 /// timeout again: a target that does not take it fails as a connect does.
 /// (The connect itself is retried: [`connect_retrying`].)
 /// The header names the client's address and the one it dialed (the pod's,
-/// the forward's port); it is not the client's, so not in `bytes_to_target`.
-async fn connect_with_header(
-    ctx: &Ctx,
-    client: &tokio::net::TcpStream,
-) -> std::io::Result<tokio::net::TcpStream> {
+/// the forward's port) as they were at accept, so that a client gone since
+/// makes no failure of the target's; it is not the client's bytes, so not
+/// in `bytes_to_target`.
+async fn connect_with_header(ctx: &Ctx, ends: Ends) -> std::io::Result<tokio::net::TcpStream> {
     use edgelink_relay::proxy_header::{self, Version};
     let mut upstream = connect_retrying(ctx).await?;
     let version = match ctx.forward.spec.proxy_protocol {
@@ -824,7 +633,7 @@ async fn connect_with_header(
         Some(edgelink_attachment::ProxyProtocol::V1) => Version::V1,
         Some(edgelink_attachment::ProxyProtocol::V2) => Version::V2,
     };
-    let header = proxy_header::build(version, client.peer_addr()?, client.local_addr()?)?;
+    let header = proxy_header::build(version, ends.peer, ends.local)?;
     let timeout = Duration::from_millis(ctx.forward.spec.connect_timeout_ms);
     let write = tokio::io::AsyncWriteExt::write_all(&mut upstream, &header);
     match tokio::time::timeout(timeout, write).await {
@@ -842,7 +651,7 @@ async fn connect_with_header(
 
 /// The target as the status names it: a reverse forward's as configured
 /// (a name, maybe).
-fn target_name(f: &ForwardRuntime) -> String {
+pub(crate) fn target_name(f: &ForwardRuntime) -> String {
     match &f.reverse {
         Some(r) => r.spec.target.to_string(),
         None => f.spec.target.to_string(),

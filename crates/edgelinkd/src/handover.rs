@@ -5,31 +5,98 @@
 //! The running daemon parks everything (its accept loops stop, its
 //! connections stop between two syscalls, its UDP forwards stop reading),
 //! sends a second descriptor of each socket and pipe with the inventory,
-//! and waits for the new daemon's Confirm: then it exits 0 without closing
-//! anything. Anything else (a refusal, an error, a timeout, the peer
-//! gone) and it takes its own parked state back and serves on.
+//! and waits for the new daemon's Confirm (`--handover-timeout` at most):
+//! then it answers Ack and exits 0 without closing anything. Anything else
+//! (a refusal, an error, no Confirm in time, the peer gone) and it says so,
+//! takes its own parked state back and serves on. The new daemon serves
+//! nothing before the Ack, so the two never serve the same sockets.
+//!
+//! One hand-over at a time, and none once the daemon is stopping: a
+//! SIGTERM during a hand-over waits for its outcome ([`Gate`]).
 
-use crate::config::RunArgs;
 use crate::daemon::Daemon;
-use crate::parking::{Adopted, ForwardId, Item, ParkedConn};
-use edgelink_handover::{self as wire, Channel, FdList, FdTable, Message, Peer, RefusalCode};
-use edgelink_relay::{ParkedDirection, ParkedPipe, ParkedSession, ParkedTcp, UdpForward};
-use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::net::UnixStream;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use crate::parking::{ForwardId, Item, ParkedConn, Pending};
+use edgelink_handover::{self as wire, Channel, FdList, Message, Peer, RefusalCode};
+use edgelink_relay::ParkedDirection;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use crate::takeover::{take, Taken, Takeover};
+
 /// Each read and write of the conversation, at most.
-const STEP: Duration = Duration::from_secs(10);
+pub(crate) const STEP: Duration = Duration::from_secs(10);
 /// The tasks have this long to park.
 const PARK_WITHIN: Duration = Duration::from_secs(10);
 /// The old daemon's answer to the `handover` line, before the frames.
-const ACK: &str = "ok handover";
+pub(crate) const ACK: &str = "ok handover";
 
-fn peer(protocol: u32, instance: &str) -> Peer {
+/// Whether the daemon serves, hands over, or stops: a hand-over and a
+/// shutdown never run at once.
+#[derive(Default)]
+pub struct Gate {
+    phase: Mutex<Phase>,
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    #[default]
+    Serving,
+    HandingOver,
+    Stopping,
+}
+
+impl Gate {
+    fn set(&self, from: Phase, to: Phase) -> bool {
+        let mut p = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        if *p != from {
+            return false;
+        }
+        *p = to;
+        drop(p);
+        self.changed.notify_waiters();
+        true
+    }
+
+    /// Start a hand-over; `false` if one runs or the daemon is stopping.
+    fn begin(&self) -> bool {
+        self.set(Phase::Serving, Phase::HandingOver)
+    }
+
+    /// The hand-over failed: this daemon serves on.
+    fn served_on(&self) {
+        self.set(Phase::HandingOver, Phase::Serving);
+    }
+
+    /// Stop (SIGTERM): no hand-over starts from now on, and one under way
+    /// ends first: if it succeeds this process exits from it; if it fails,
+    /// this returns `true` once its state was taken back (a pass serves it
+    /// again, so that its connections drain rather than close).
+    pub async fn stop(&self) -> bool {
+        let mut waited = false;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.set(Phase::Serving, Phase::Stopping) {
+                return waited;
+            }
+            if *self.phase.lock().unwrap_or_else(|e| e.into_inner()) == Phase::Stopping {
+                return waited;
+            }
+            if !waited {
+                tracing::info!("stopping: waiting for the hand-over under way to end");
+            }
+            waited = true;
+            changed.await;
+        }
+    }
+}
+
+pub(crate) fn peer(protocol: u32, instance: &str) -> Peer {
     Peer {
         protocol,
         version: env!("CARGO_PKG_VERSION").into(),
@@ -38,7 +105,7 @@ fn peer(protocol: u32, instance: &str) -> Peer {
 }
 
 /// Run blocking channel work off the runtime's threads.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, wire::Error> {
     tokio::task::spawn_blocking(f)
@@ -82,13 +149,15 @@ pub async fn give(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let refusal = if hello.protocol != wire::PROTOCOL {
+    // `--handover-protocol` (tests): the newest this daemon speaks.
+    let newest = d.args.handover_protocol;
+    let refusal = if !(wire::OLDEST_PROTOCOL..=newest).contains(&hello.protocol) {
         Some((
             RefusalCode::Protocol,
             format!(
                 "edgelinkd {} speaks hand-over protocol {}, the new edgelinkd ({}) protocol {}",
                 env!("CARGO_PKG_VERSION"),
-                wire::PROTOCOL,
+                newest,
                 hello.version,
                 hello.protocol
             ),
@@ -101,7 +170,7 @@ pub async fn give(
                 hello.instance, d.instance
             ),
         ))
-    } else if d.draining.load(Ordering::Relaxed) || d.handing_over.swap(true, Ordering::AcqRel) {
+    } else if !d.gate.begin() {
         Some((
             RefusalCode::Busy,
             "this daemon is stopping or handing over already".into(),
@@ -114,21 +183,24 @@ pub async fn give(
         let _ = blocking(move || ch.send(&Message::Refused { reason, code })).await;
         return;
     }
-    tracing::info!(to = %hello.instance, version = %hello.version, "handing over: parking every forward");
+    tracing::info!(to = %hello.instance, version = %hello.version, protocol = hello.protocol,
+        "handing over: parking every forward");
     let pass = d.hold_passes().await;
     let lot = d.shared.lot.clone();
-    let welcome = peer(wire::PROTOCOL, &d.instance);
+    let welcome = peer(hello.protocol, &d.instance);
     let sent = blocking(move || ch.send(&Message::Welcome(welcome)).map(|()| ch))
         .await
         .and_then(|r| r);
-    let Ok(mut ch) = sent else {
-        d.handing_over.store(false, Ordering::Release);
+    let Ok(ch) = sent else {
+        d.gate.served_on();
         return tracing::warn!("hand-over: the new daemon went away before parking: serving on");
     };
 
     lot.start_parking();
     let parked = lot.wait_parked(PARK_WITHIN).await;
-    let items = lot.take_items();
+    // With what a hand-over that failed took back and no pass has served
+    // again yet.
+    let items = lot.take_all();
     let parked_in = started.elapsed();
     // A failure after the Welcome: tell the new daemon, serve on.
     let failed = |mut ch: Channel, reason: String| async move {
@@ -147,23 +219,15 @@ pub async fn give(
         );
         failed(ch, reason).await
     } else {
-        match inventory(&items, control, &d.instance) {
+        match inventory(&items, control, &d.instance, hello.protocol) {
             Err(e) => failed(ch, format!("cannot list what to hand over: {e}")).await,
             Ok((state, fds, counts)) => {
                 let n = fds.len() as u32;
-                let sent = blocking(move || -> Result<(), wire::Error> {
-                    ch.send(&Message::Inventory { fds: n, state })?;
-                    ch.send_fds(fds.as_slice())?;
-                    match ch.expect("Confirm")? {
-                        Message::Confirm {} => Ok(()),
-                        m => Err(wire::Error::Unexpected {
-                            expected: "Confirm",
-                            got: m.name().into(),
-                        }),
-                    }
-                })
-                .await
-                .and_then(|r| r);
+                let wait = d.args.handover_timeout;
+                let protocol = hello.protocol;
+                let sent = blocking(move || send_and_commit(ch, state, fds, wait, protocol))
+                    .await
+                    .and_then(|r| r);
                 match sent {
                     Ok(()) => {
                         tracing::info!(to = %hello.instance, descriptors = n, listeners = counts.listeners,
@@ -183,9 +247,60 @@ pub async fn give(
         tracing::warn!(%reason, "hand-over failed: serving on");
     }
     take_back(d, items);
-    d.handing_over.store(false, Ordering::Release);
     drop(pass);
+    d.gate.served_on();
     d.nudge.notify_one();
+}
+
+/// Send the inventory and the descriptors, then wait for the new daemon's
+/// Confirm, Abort or end, `wait` at most. `Ok` once the new daemon has it
+/// all: it confirmed and (protocol 2) the Ack is written; this daemon must
+/// exit then, serving nothing more. Any error: the new daemon will not
+/// serve (it was told, when it can still hear it).
+fn send_and_commit(
+    mut ch: Channel,
+    state: wire::State,
+    fds: FdList,
+    wait: Duration,
+    protocol: u32,
+) -> Result<(), wire::Error> {
+    ch.send(&Message::Inventory {
+        fds: fds.len() as u32,
+        state,
+    })?;
+    ch.send_fds(fds.as_slice())?;
+    ch.set_read_timeout(Some(wait))?;
+    let answer = ch.expect("Confirm");
+    match answer {
+        Ok(Message::Confirm {}) if protocol < 2 => Ok(()),
+        // Written, or this daemon serves on: the new one serves only once
+        // it has read this.
+        Ok(Message::Confirm {}) => ch.send(&Message::Ack {}),
+        Ok(m) => Err(wire::Error::Unexpected {
+            expected: "Confirm",
+            got: m.name().into(),
+        }),
+        Err(wire::Error::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            ) =>
+        {
+            // A Confirm that comes later is answered by this refusal (or,
+            // once this daemon's end is closed, by nothing): the new daemon
+            // gives up without serving.
+            let reason = format!("no Confirm within {wait:?}: the old edgelinkd serves on");
+            let _ = ch.send(&Message::Refused {
+                reason: reason.clone(),
+                code: RefusalCode::Failed,
+            });
+            Err(wire::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                reason,
+            )))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// A hand-over failed: serve on with what was parked.
@@ -224,6 +339,7 @@ fn inventory(
     items: &[Item],
     control: &tokio::net::UnixListener,
     instance: &str,
+    protocol: u32,
 ) -> std::io::Result<(wire::State, FdList, Counts)> {
     let mut fds = FdList::default();
     let mut dup = |fd: std::os::fd::BorrowedFd<'_>| -> std::io::Result<wire::Fd> {
@@ -236,6 +352,15 @@ fn inventory(
         ..Default::default()
     };
     let mut forwards: BTreeMap<ForwardId, wire::Forward> = BTreeMap::new();
+    // Connections in the order a queue serves them: those with a place,
+    // then the longest wait first (all a protocol-1 peer goes by).
+    let mut items: Vec<&Item> = items.iter().collect();
+    items.sort_by_key(|i| match i {
+        Item::Conn(_, ParkedConn::Pending(p)) => {
+            (1 + u8::from(p.queued_since.is_some()), p.queued_since)
+        }
+        _ => (0, None),
+    });
     for item in items {
         match item {
             Item::Status(l) => state.status = Some(dup(l.as_fd())?),
@@ -247,11 +372,22 @@ fn inventory(
             Item::Conn(id, c) => {
                 counts.connections += 1;
                 let conn = match c {
-                    ParkedConn::Pending(s) => wire::Connection {
-                        client: dup(s.as_fd())?,
+                    ParkedConn::Pending(Pending {
+                        client,
+                        queued_since,
+                    }) => wire::Connection {
+                        client: dup(client.as_fd())?,
                         upstream: None,
                         to_target: Default::default(),
                         to_client: Default::default(),
+                        // Protocol 1 has neither: its peer would refuse them.
+                        admitted: protocol >= 2 && queued_since.is_none(),
+                        waited_ms: match queued_since {
+                            Some(t) if protocol >= 2 => u64::try_from(t.elapsed().as_millis())
+                                .unwrap_or(u64::MAX)
+                                .max(1),
+                            _ => 0,
+                        },
                     },
                     ParkedConn::Relaying(p) => {
                         let client = dup(p.client.as_fd())?;
@@ -277,6 +413,8 @@ fn inventory(
                             upstream,
                             to_target,
                             to_client,
+                            admitted: false,
+                            waited_ms: 0,
                         }
                     }
                 };
@@ -316,243 +454,5 @@ fn entry<'a>(
         listeners: Vec::new(),
         connections: Vec::new(),
         udp: Vec::new(),
-    })
-}
-
-// ---------------------------------------------------------------------
-// The daemon that takes over.
-
-/// What `--takeover` found.
-pub enum Takeover {
-    /// No daemon answers on the control socket: start afresh.
-    Fresh,
-    /// Everything it served, to serve on.
-    Taken(Taken),
-    /// The running daemon took over from this very instance earlier (a
-    /// container restarted after its hand-over): it is not taken back.
-    HandedOver(String),
-}
-
-/// What arrived, until [`Taken::confirm`] tells the old daemon to go.
-pub struct Taken {
-    channel: Channel,
-    /// The instance it came from.
-    pub from: String,
-    pub control: Option<std::os::unix::net::UnixListener>,
-    pub status: Option<std::net::TcpListener>,
-    pub adopted: HashMap<ForwardId, Adopted>,
-    pub summary: String,
-}
-
-impl Taken {
-    /// Tell the old daemon everything was taken: it exits. From now on
-    /// this daemon alone serves what arrived.
-    pub async fn confirm(self) {
-        let mut ch = self.channel;
-        match blocking(move || ch.send(&Message::Confirm {}))
-            .await
-            .and_then(|r| r)
-        {
-            Ok(()) => tracing::info!(from = %self.from, "took over"),
-            Err(e) => {
-                tracing::warn!(error = %e, "took over, but the old daemon did not get the Confirm")
-            }
-        }
-    }
-}
-
-/// Ask the daemon running on `args.state_dir` for everything it serves.
-/// Errors: it refused (other than [`Takeover::HandedOver`]) or the
-/// hand-over failed on the way; the old daemon serves on then.
-pub async fn take(args: &RunArgs, instance: &str) -> anyhow::Result<Takeover> {
-    let path = args.state_dir.join(edgelink_attachment::DAEMON_SOCKET);
-    let hello = peer(args.handover_protocol, instance);
-    let started = Instant::now();
-    let r = blocking(move || take_blocking(&path, hello)).await;
-    let r = r.map_err(|e| anyhow::anyhow!("{e}"))??;
-    if let Takeover::Taken(t) = &r {
-        tracing::info!(from = %t.from, took_ms = started.elapsed().as_millis() as u64, "{}", t.summary);
-    }
-    Ok(r)
-}
-
-fn take_blocking(path: &std::path::Path, hello: Peer) -> anyhow::Result<Takeover> {
-    let mut s = match UnixStream::connect(path) {
-        Ok(s) => s,
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-            ) =>
-        {
-            tracing::info!(socket = %path.display(), "--takeover: no edgelinkd answers here: starting afresh");
-            return Ok(Takeover::Fresh);
-        }
-        Err(e) => anyhow::bail!("--takeover: {}: {e}", path.display()),
-    };
-    s.set_read_timeout(Some(STEP))?;
-    s.set_write_timeout(Some(STEP))?;
-    s.write_all(format!("{}\n", wire::HANDOVER_LINE).as_bytes())?;
-    // The answer line, a byte at a time: the frames follow it.
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    while line.len() < 256 {
-        match s.read(&mut b) {
-            Ok(0) => break,
-            Ok(_) if b[0] == b'\n' => break,
-            Ok(_) => line.push(b[0]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => anyhow::bail!("--takeover: no answer from the running edgelinkd: {e}"),
-        }
-    }
-    let line = String::from_utf8_lossy(&line).into_owned();
-    if line != ACK {
-        anyhow::bail!(
-            "--takeover: the running edgelinkd does not hand over (it answered {line:?}; \
-             it predates hand-overs: restart it instead)"
-        );
-    }
-    let mut ch = Channel::new(s, STEP)?;
-    ch.send(&Message::Hello(hello))?;
-    let from = match ch.expect("Welcome") {
-        Ok(Message::Welcome(p)) => p,
-        Ok(m) => anyhow::bail!("--takeover: expected Welcome, got {}", m.name()),
-        Err(wire::Error::Refused {
-            reason,
-            code: RefusalCode::HandedOver,
-        }) => return Ok(Takeover::HandedOver(reason)),
-        Err(e) => anyhow::bail!("--takeover: {e}"),
-    };
-    match receive(&mut ch) {
-        Ok((state, table)) => {
-            let taken = adopt(state, table, from.instance.clone(), &mut ch);
-            match taken {
-                Ok(mut t) => {
-                    t.from = from.instance;
-                    Ok(Takeover::Taken(t))
-                }
-                Err(e) => {
-                    let _ = ch.send(&Message::Abort {
-                        reason: e.to_string(),
-                    });
-                    anyhow::bail!("--takeover: {e}")
-                }
-            }
-        }
-        Err(e) => {
-            let _ = ch.send(&Message::Abort {
-                reason: e.to_string(),
-            });
-            anyhow::bail!("--takeover: {e}")
-        }
-    }
-}
-
-fn receive(ch: &mut Channel) -> Result<(wire::State, FdTable), wire::Error> {
-    let (n, state) = match ch.expect("Inventory")? {
-        Message::Inventory { fds, state } => (fds as usize, state),
-        m => {
-            return Err(wire::Error::Unexpected {
-                expected: "Inventory",
-                got: m.name().into(),
-            })
-        }
-    };
-    // Checked before a descriptor is taken: no index is missing, used
-    // twice or left over.
-    state.check(n)?;
-    let fds = ch.recv_fds(n)?;
-    Ok((state, FdTable::new(fds)))
-}
-
-/// Turn the wire state into sockets and pipes, filed by forward.
-fn adopt(
-    state: wire::State,
-    mut t: FdTable,
-    from: String,
-    ch: &mut Channel,
-) -> Result<Taken, wire::Error> {
-    let mut take = |fd: wire::Fd| -> Result<OwnedFd, wire::Error> { t.take(fd) };
-    let control = state
-        .control
-        .map(&mut take)
-        .transpose()?
-        .map(std::os::unix::net::UnixListener::from);
-    let status = state
-        .status
-        .map(&mut take)
-        .transpose()?
-        .map(std::net::TcpListener::from);
-    let mut adopted = HashMap::new();
-    let (mut listeners, mut conns, mut sessions) = (0, 0, 0);
-    for f in state.forwards {
-        let mut a = Adopted::default();
-        for l in f.listeners {
-            a.listeners.push(std::net::TcpListener::from(take(l)?));
-        }
-        for c in f.connections {
-            let client = std::net::TcpStream::from(take(c.client)?);
-            let conn = match c.upstream {
-                None => ParkedConn::Pending(client),
-                Some(u) => {
-                    let upstream = std::net::TcpStream::from(take(u)?);
-                    let mut dir = |d: wire::Direction| -> Result<ParkedDirection, wire::Error> {
-                        Ok(ParkedDirection {
-                            pipe: match d.pipe {
-                                Some(p) => Some(ParkedPipe {
-                                    read: take(p.read)?,
-                                    write: take(p.write)?,
-                                    len: p.len,
-                                }),
-                                None => None,
-                            },
-                            eof: d.eof,
-                            done: d.done,
-                        })
-                    };
-                    let to_target = dir(c.to_target)?;
-                    let to_client = dir(c.to_client)?;
-                    ParkedConn::Relaying(ParkedTcp {
-                        client,
-                        upstream,
-                        to_target,
-                        to_client,
-                    })
-                }
-            };
-            a.conns.push(conn);
-        }
-        for u in f.udp {
-            let listener = std::net::UdpSocket::from(take(u.listener)?);
-            let mut ss = Vec::with_capacity(u.sessions.len());
-            for s in u.sessions {
-                ss.push(ParkedSession {
-                    peer: s.peer,
-                    local: s.local,
-                    socket: std::net::UdpSocket::from(take(s.socket)?),
-                    idle_ms: s.idle_ms,
-                });
-            }
-            sessions += ss.len();
-            a.udp.push(UdpForward {
-                listener,
-                sessions: ss,
-            });
-        }
-        listeners += a.listeners.len() + a.udp.len();
-        conns += a.conns.len();
-        adopted.insert((f.container_id, f.ifname, f.name), a);
-    }
-    let channel = Channel::new(ch.socket().try_clone().map_err(wire::Error::Io)?, STEP)?;
-    Ok(Taken {
-        channel,
-        summary: format!(
-            "taking over {} forwards: {listeners} listeners, {conns} connections, {sessions} UDP sessions",
-            adopted.len()
-        ),
-        from,
-        control,
-        status,
-        adopted,
     })
 }

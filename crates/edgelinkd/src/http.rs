@@ -6,6 +6,7 @@ use crate::fds;
 use crate::metrics;
 use crate::model::now;
 use bytes::Bytes;
+use edgelink_http_limits::{Limits, Slots};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -77,13 +78,24 @@ async fn handle(
     })
 }
 
+/// The status server's bounds ([`edgelink_http_limits`]): per connection
+/// `--status-conn-timeout` in all and `--status-header-timeout` to send a
+/// request head, at most `--status-max-connections` held.
+fn limits(d: &Daemon) -> Limits {
+    Limits {
+        max_connections: d.args.status_max_connections.into(),
+        header_timeout: d.args.status_header_timeout,
+        conn_timeout: d.args.status_conn_timeout,
+    }
+}
+
 /// Serve until the process ends, or a hand-over takes the listener.
-/// Each connection is closed `--status-conn-timeout` after it was accepted
-/// (idle keep-alive or slow client alike).
 pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
     let lot = d.shared.lot.clone();
     let guard = lot.guard();
     let park = lot.token();
+    let limits = limits(&d);
+    let slots = Slots::new(limits.max_connections);
     loop {
         let accepted = tokio::select! {
             biased;
@@ -97,42 +109,52 @@ pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
             }
             r = listener.accept() => r,
         };
-        let (stream, _) = match accepted {
-            Ok(s) => s,
-            Err(e) => {
-                // At the open-file limit: accept with the fds kept for the
-                // daemon's own doors ([`crate::fds`]). The connection needs
-                // no more, so the reserve is taken back at once (the
-                // forwards accept nothing until it is whole again).
-                let lease = fds::exhausted(&e).then(|| d.shared.fds.lease()).flatten();
-                // Only a connection waiting now (EMFILE comes before the
-                // queue is looked at): the reserve is never held waiting.
-                let retried = match lease {
-                    Some(_) => fds::accept_now(listener.accept())
-                        .await
-                        .and_then(Result::ok),
-                    None => None,
-                };
-                drop(lease);
-                match retried {
-                    Some(s) => s,
-                    None => {
-                        tracing::warn!(error = %e, "status endpoint: accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                }
-            }
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => match accept_with_reserve(&listener, &d, e).await {
+                Some(s) => s,
+                None => continue,
+            },
+        };
+        // At the cap with every connection being answered: closed at once.
+        let Some(slot) = slots.admit() else {
+            tracing::debug!("status endpoint: every connection busy, one refused");
+            continue;
         };
         let d = d.clone();
-        let limit = d.args.status_conn_timeout;
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| handle(d.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc);
-            let _ = tokio::time::timeout(limit, conn).await;
-        });
+        tokio::spawn(edgelink_http_limits::serve(
+            stream,
+            limits,
+            slot,
+            move |req| handle(d.clone(), req),
+        ));
     }
+}
+
+/// After a failed accept: at the open-file limit, accept with the fds
+/// kept for the daemon's own doors ([`crate::fds`]). The connection needs
+/// no more, so the reserve is taken back at once (the forwards accept
+/// nothing until it is whole again). Only a connection waiting now
+/// (EMFILE comes before the queue is looked at): the reserve is never held
+/// waiting.
+async fn accept_with_reserve(
+    listener: &tokio::net::TcpListener,
+    d: &Daemon,
+    e: std::io::Error,
+) -> Option<tokio::net::TcpStream> {
+    let lease = fds::exhausted(&e).then(|| d.shared.fds.lease()).flatten();
+    let retried = match lease {
+        Some(_) => fds::accept_now(listener.accept())
+            .await
+            .and_then(Result::ok),
+        None => None,
+    };
+    drop(lease);
+    if retried.is_none() {
+        tracing::warn!(error = %e, "status endpoint: accept failed");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    retried.map(|(s, _)| s)
 }
 
 /// GET `path` from a daemon (for `edgelinkd status` and the webhook's kin).

@@ -73,6 +73,9 @@ impl KernelForwards {
         let plan = Plan {
             table: TABLE.into(),
             private_ifname: rec.interface.name.clone(),
+            // DNAT what arrives on the cluster interface only: never what
+            // comes from a segment, this attachment's or another's.
+            cluster_ifname: Some(crate::private_side::CLUSTER_IFNAME.into()),
             forwards: mine
                 .iter()
                 .map(|f| KernelForward {

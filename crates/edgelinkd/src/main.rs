@@ -14,15 +14,19 @@ mod forward;
 mod handover;
 mod http;
 mod kernel;
+mod listen;
 #[cfg(test)]
 mod manifests;
 mod metrics;
 mod model;
 mod parking;
+mod private_side;
 mod protect;
+mod resume;
 mod reverse;
 mod sockopt;
 mod status_cli;
+mod takeover;
 mod watch;
 mod webhook;
 mod workers;
@@ -127,6 +131,10 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("state dir {}", dir.display()))?;
     let instance = daemon::instance_id(&args.instance_id);
     args.instance_id = Some(instance.clone());
+    // Caught from here on: a SIGTERM during a take-over stops this daemon
+    // in order (below) instead of killing it with what it holds.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
 
     // --takeover: everything the running daemon serves, before anything is
     // bound here (its status and control listeners come along).
@@ -140,10 +148,6 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
                 // again would compete with its successor. Idle until
                 // stopped (the successor's pod replaces this one).
                 tracing::info!(%reason, "this instance handed over already: idle until stopped");
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-                let mut int =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
                 tokio::select! {
                     _ = term.recv() => {}
                     _ = int.recv() => {}
@@ -152,14 +156,13 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let status_listener = match taken.as_mut().and_then(|t| t.status.take()) {
-        Some(l) => {
-            l.set_nonblocking(true)?;
-            tokio::net::TcpListener::from_std(l)?
-        }
-        None => tokio::net::TcpListener::bind(args.status_addr)
-            .await
-            .with_context(|| format!("--status-addr {}", args.status_addr))?,
+    let status_listener = match &taken {
+        Some(_) => None,
+        None => Some(
+            tokio::net::TcpListener::bind(args.status_addr)
+                .await
+                .with_context(|| format!("--status-addr {}", args.status_addr))?,
+        ),
     };
 
     let node = node_name(&args);
@@ -199,32 +202,33 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
             }
         });
     }
-    let control = match taken.as_mut().and_then(|t| t.control.take()) {
-        Some(l) => {
-            l.set_nonblocking(true)?;
-            tokio::net::UnixListener::from_std(l)?
+    // Nothing that was handed over is served before the old daemon
+    // acknowledged the Confirm: until then it may take everything back.
+    let ((control, status_listener), socket_file) = match taken.take() {
+        Some(t) => match adopt_taken(&d, t, &mut term, &mut int).await? {
+            Some(listeners) => listeners,
+            None => {
+                workers.stop();
+                return Ok(());
+            }
+        },
+        None => {
+            let control = control::bind(&d)?;
+            let file = control::SocketFile::of(&d.args.state_dir);
+            (
+                (control, status_listener.context("no status listener")?),
+                file,
+            )
         }
-        None => control::bind(&d)?,
     };
     tokio::spawn(control::serve(control, d.clone()));
     tokio::spawn(http::serve(status_listener, d.clone()));
-    if let Some(mut t) = taken.take() {
-        *d.taken_from.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.from.clone());
-        for (id, a) in std::mem::take(&mut t.adopted) {
-            d.shared.lot.adopt(id, a);
-        }
-        // From here on the old daemon is gone; what it handed over is
-        // served by the first pass below.
-        t.confirm().await;
-    }
     watch::start(d.clone()).context("watching the attachment records")?;
     if let Some(url) = &args.status_webhook {
         webhook::start(d.clone(), url.clone())?;
     }
     tracing::info!(state_dir = %dir.display(), status_addr = %args.status_addr, node = %d.node, workers = workers.len(), "edgelinkd started");
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut first = true;
     loop {
         d.reconcile().await;
@@ -245,6 +249,11 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
         }
     }
 
+    // A hand-over under way ends first: this process exits from it if it
+    // succeeds; if it fails, what it took back is served again, to drain.
+    if d.gate.stop().await {
+        d.reconcile().await;
+    }
     // Stop accepting, let connections drain for the grace period, exit.
     tracing::info!(grace = ?args.grace_period, "stopping: no new connections, draining");
     d.stop_listening();
@@ -266,7 +275,69 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let _ = std::fs::remove_file(dir.join(edgelink_attachment::DAEMON_SOCKET));
+    // What nobody serves (a hand-over took it back and no record claims it
+    // now) is reset: closed, it would end with a FIN as if it were whole.
+    let reset = d.shared.lot.reset_all();
+    if reset > 0 {
+        tracing::warn!(
+            connections = reset,
+            "stopping: reset what was parked and not served"
+        );
+    }
+    socket_file.remove_if_ours();
     workers.stop();
     Ok(())
+}
+
+type Listeners = (tokio::net::UnixListener, tokio::net::TcpListener);
+
+/// A take-over's last step: confirm (unless this daemon is being stopped
+/// already: then everything goes back), and once the old daemon
+/// acknowledged, file what arrived for the first pass and return the
+/// control and status listeners to serve. `None`: aborted, exit.
+async fn adopt_taken(
+    d: &std::sync::Arc<Daemon>,
+    t: handover::Taken,
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<Option<(Listeners, control::SocketFile)>> {
+    #[cfg(debug_assertions)]
+    takeover::test_stall(&d.args).await;
+    let stopped = tokio::select! {
+        biased;
+        _ = term.recv() => true,
+        _ = int.recv() => true,
+        () = std::future::ready(()) => false,
+    };
+    if stopped {
+        tracing::info!("stopped before the take-over was confirmed: everything goes back");
+        t.abort("the new edgelinkd was stopped before it confirmed".into())
+            .await;
+        return Ok(None);
+    }
+    let mut t = t.confirm().await?;
+    *d.taken_from.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.from.clone());
+    for (id, a) in std::mem::take(&mut t.adopted) {
+        d.shared.lot.adopt(id, a);
+    }
+    let control = match t.control.take() {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            tokio::net::UnixListener::from_std(l)?
+        }
+        None => control::bind(d)?,
+    };
+    let status = match t.status.take() {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(l)?
+        }
+        None => tokio::net::TcpListener::bind(d.args.status_addr)
+            .await
+            .with_context(|| format!("--status-addr {}", d.args.status_addr))?,
+    };
+    Ok(Some((
+        (control, status),
+        control::SocketFile::of(&d.args.state_dir),
+    )))
 }

@@ -102,7 +102,7 @@ pub fn render(d: &Daemon) -> String {
             "queue_full",
             "TCP clients reset at once because the queue was full",
         ),
-        ("queue_abandoned", "TCP clients that closed while waiting"),
+        ("queue_abandoned", "TCP clients that reset while waiting"),
         ("connect_retries", "Connects to the target tried again"),
         (
             "packets_to_target",

@@ -354,7 +354,7 @@ pub struct ForwardStatus {
     /// TCP clients reset at once because the queue was full.
     #[serde(default)]
     pub queue_full_total: u64,
-    /// TCP clients that closed while waiting.
+    /// TCP clients that reset while waiting (a half-close stays queued).
     #[serde(default)]
     pub queue_abandoned_total: u64,
     /// Connects to the target tried again.

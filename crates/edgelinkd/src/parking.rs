@@ -14,7 +14,7 @@ use edgelink_relay::{ParkedTcp, UdpForward};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// A forward: container ID, interface, forward name.
@@ -26,8 +26,18 @@ pub enum ParkedConn {
     /// Relayed: both sockets and the state of each direction.
     Relaying(ParkedTcp),
     /// Accepted, waiting in the forward's queue or for its connect: the
-    /// new daemon admits and connects it.
-    Pending(std::net::TcpStream),
+    /// new daemon admits (or places) and connects it.
+    Pending(Pending),
+}
+
+/// An accepted client not relayed yet.
+#[derive(Debug)]
+pub struct Pending {
+    pub client: std::net::TcpStream,
+    /// `None`: it had its place under `maxConnections` and was connecting.
+    /// `Some`: it was waiting in the queue since then (the queue timeout
+    /// counts from there, and the longest waiting goes first).
+    pub queued_since: Option<Instant>,
 }
 
 impl ParkedConn {
@@ -35,7 +45,7 @@ impl ParkedConn {
     pub fn reset(&self) {
         let socks: Vec<socket2::SockRef<'_>> = match self {
             ParkedConn::Relaying(p) => vec![(&p.client).into(), (&p.upstream).into()],
-            ParkedConn::Pending(s) => vec![s.into()],
+            ParkedConn::Pending(p) => vec![(&p.client).into()],
         };
         for s in socks {
             let _ = s.set_linger(Some(Duration::ZERO));
@@ -125,8 +135,37 @@ impl Lot {
         self.running.load(Ordering::Acquire)
     }
 
-    pub fn take_items(&self) -> Vec<Item> {
-        std::mem::take(&mut *lock(&self.items))
+    /// What the parked tasks left, and what was handed to this daemon (or
+    /// taken back after a hand-over that failed) and no forward claimed
+    /// yet: everything a hand-over must send.
+    pub fn take_all(&self) -> Vec<Item> {
+        let mut items = std::mem::take(&mut *lock(&self.items));
+        let adopted: Vec<(ForwardId, Adopted)> = lock(&self.adopted).drain().collect();
+        for (id, a) in adopted {
+            items.extend(
+                a.listeners
+                    .into_iter()
+                    .map(|l| Item::Listener(id.clone(), l)),
+            );
+            items.extend(a.conns.into_iter().map(|c| Item::Conn(id.clone(), c)));
+            items.extend(a.udp.into_iter().map(|u| Item::Udp(id.clone(), u)));
+        }
+        items
+    }
+
+    /// At exit: everything still here is closed, its connections reset (a
+    /// close would end them with a FIN, as if the streams were whole).
+    /// Returns how many connections were reset.
+    pub fn reset_all(&self) -> usize {
+        let items = self.take_all();
+        let mut n = 0;
+        for i in &items {
+            if let Item::Conn(_, c) = i {
+                c.reset();
+                n += 1;
+            }
+        }
+        n
     }
 
     /// A fresh token, for tasks started after a hand-over that failed.
@@ -178,5 +217,48 @@ impl Item {
             }
         }
         (m, status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> ForwardId {
+        ("c".into(), "net1".into(), name.into())
+    }
+
+    /// What a failed hand-over took back and no pass served yet goes with
+    /// the next hand-over, beside what tasks parked since.
+    #[test]
+    fn take_all_includes_what_was_taken_back_and_not_served_yet() {
+        let lot = Arc::new(Lot::default());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        lot.adopt(
+            id("api"),
+            Adopted {
+                listeners: vec![l.try_clone().unwrap()],
+                conns: vec![ParkedConn::Pending(Pending {
+                    client,
+                    queued_since: None,
+                })],
+                udp: Vec::new(),
+            },
+        );
+        lot.park(Item::Listener(id("drain"), l));
+        let items = lot.take_all();
+        let names: Vec<&str> = items
+            .iter()
+            .map(|i| match i {
+                Item::Listener(f, _) => f.2.as_str(),
+                Item::Conn(f, _) => f.2.as_str(),
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(items.len(), 3, "{names:?}");
+        assert!(names.contains(&"drain") && names.iter().filter(|n| **n == "api").count() == 2);
+        assert!(lot.claim(&id("api")).is_none());
+        assert!(lot.take_all().is_empty());
     }
 }

@@ -9,10 +9,13 @@
 //! whether a waiting client has gone.
 
 use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 
 /// The bounds in force for one forward (its keys, else the daemon's flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,15 +105,17 @@ pub struct Protection {
     /// One permit per connection to the target; FIFO (tokio's semaphore
     /// is fair), so the oldest waiting client goes first.
     slots: Option<Arc<Semaphore>>,
+    /// Places given beyond the bound and not paid back yet ([`Place`]).
+    debt: Arc<AtomicU64>,
     /// Clients waiting now.
-    pub queued: AtomicU64,
+    pub queued: Arc<AtomicU64>,
     /// Clients that had to wait, ever.
     pub queued_total: AtomicU64,
     /// Clients closed because they waited longer than the queue timeout.
     pub queue_timeouts: AtomicU64,
     /// Clients reset at once because the queue was full.
     pub queue_full: AtomicU64,
-    /// Clients that closed while waiting.
+    /// Clients that reset while waiting.
     pub queue_abandoned: AtomicU64,
     /// Connects tried again.
     pub retries: AtomicU64,
@@ -120,14 +125,14 @@ pub struct Protection {
 /// How a client's wait for a place ended.
 #[derive(Debug)]
 pub enum Admission {
-    /// Go on; the permit (if the forward has a bound) is held until the
+    /// Go on; the place (if the forward has a bound) is held until the
     /// connection ends.
-    Go(Option<OwnedSemaphorePermit>),
+    Go(Option<Place>),
     /// Waited longer than the queue timeout.
     TimedOut,
     /// The queue was full.
     Full,
-    /// The client closed while waiting.
+    /// The client reset while waiting.
     Left,
 }
 
@@ -138,7 +143,8 @@ impl Protection {
                 .max_connections
                 .map(|n| Arc::new(Semaphore::new(n as usize))),
             limits,
-            queued: AtomicU64::new(0),
+            debt: Arc::default(),
+            queued: Arc::default(),
             queued_total: AtomicU64::new(0),
             queue_timeouts: AtomicU64::new(0),
             queue_full: AtomicU64::new(0),
@@ -150,67 +156,193 @@ impl Protection {
 
     /// Wait for a place for `client`: at once when the forward is below its
     /// bound, else in the queue until a place frees, the queue timeout
-    /// passes, or the client closes.
+    /// passes, or the client resets ([`reset_by_peer`]; a half-close
+    /// stays). (The daemon takes the turn and waits for it in two steps:
+    /// [`Protection::enqueue`], [`Protection::wait`].)
+    #[cfg(test)]
     pub async fn admit(&self, client: &tokio::net::TcpStream) -> Admission {
+        let turn = self.enqueue(Instant::now());
+        self.wait(turn, client).await
+    }
+
+    /// A client's turn, taken now for a client that waits since `since`:
+    /// a place at once if one is free, else the last place in the queue
+    /// (the semaphore is first in, first out from the moment it is first
+    /// asked, which is here), with the queue timeout counted from `since`.
+    /// A hand-over's waiting clients take theirs in order before the
+    /// forward accepts anything new.
+    pub fn enqueue(&self, since: Instant) -> Turn {
         let Some(slots) = &self.slots else {
-            return Admission::Go(None);
+            return Turn::Decided(Admission::Go(None));
         };
         if let Ok(p) = slots.clone().try_acquire_owned() {
-            return Admission::Go(Some(p));
+            return Turn::Decided(Admission::Go(Some(self.place(p))));
         }
         let waiting = self.queued.fetch_add(1, Ordering::AcqRel);
         if waiting >= u64::from(self.limits.max_queue) {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             self.queue_full.fetch_add(1, Ordering::Relaxed);
-            return Admission::Full;
+            return Turn::Decided(Admission::Full);
         }
         self.queued_total.fetch_add(1, Ordering::Relaxed);
         // Out of the queue however the wait ends, also when it is dropped
         // (a hand-over takes the client along).
-        struct Leave<'a>(&'a AtomicU64);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::AcqRel);
-            }
+        let leave = Leave(self.queued.clone());
+        let mut acquire: Acquire = Box::pin(slots.clone().acquire_owned());
+        if let Poll::Ready(r) = acquire
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            // A place freed meanwhile.
+            drop(leave);
+            return Turn::Decided(match r {
+                Ok(p) => Admission::Go(Some(self.place(p))),
+                Err(_) => Admission::TimedOut,
+            });
         }
-        let _leave = Leave(&self.queued);
+        let deadline = since.checked_add(self.limits.queue_timeout);
+        Turn::Waiting {
+            acquire,
+            deadline: deadline.map(tokio::time::Instant::from_std),
+            _leave: leave,
+        }
+    }
+
+    /// Wait for `turn` to come, the queue timeout to pass, or `client` to
+    /// close.
+    pub async fn wait(&self, turn: Turn, client: &tokio::net::TcpStream) -> Admission {
+        let (acquire, deadline, _leave) = match turn {
+            Turn::Decided(a) => return a,
+            Turn::Waiting {
+                acquire,
+                deadline,
+                _leave,
+            } => (acquire, deadline, _leave),
+        };
+        let until = async move {
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d, acquire).await.ok(),
+                None => Some(acquire.await),
+            }
+        };
         tokio::select! {
-            p = tokio::time::timeout(self.limits.queue_timeout, slots.clone().acquire_owned()) => match p {
-                Ok(Ok(p)) => Admission::Go(Some(p)),
+            p = until => match p {
+                Some(Ok(p)) => Admission::Go(Some(self.place(p))),
                 // The semaphore is never closed; treat it as a timeout.
-                Ok(Err(_)) | Err(_) => {
+                Some(Err(_)) | None => {
                     self.queue_timeouts.fetch_add(1, Ordering::Relaxed);
                     Admission::TimedOut
                 }
             },
-            _ = gone(client) => {
+            () = reset_by_peer(client) => {
                 self.queue_abandoned.fetch_add(1, Ordering::Relaxed);
                 Admission::Left
             }
         }
     }
 
-    /// A place for a connection that is relayed already (handed over), if
-    /// one is free: it does not wait.
-    pub fn try_take(&self) -> Option<OwnedSemaphorePermit> {
-        self.slots.as_ref()?.clone().try_acquire_owned().ok()
+    fn place(&self, p: OwnedSemaphorePermit) -> Place {
+        Place {
+            permit: Some(p),
+            debt: self.debt.clone(),
+        }
     }
 
-    /// Connections to the target now (permits out).
+    /// A place for a connection that is relayed already (handed over, or
+    /// connecting when it was): at once, and beyond the bound if none is
+    /// free. A place given beyond the bound is a debt: the places that
+    /// free next are not given out again until it is paid, so the target
+    /// is back under its bound as soon as enough of these end.
+    pub fn take_place(&self) -> Option<Place> {
+        let slots = self.slots.as_ref()?;
+        if let Ok(p) = slots.clone().try_acquire_owned() {
+            return Some(self.place(p));
+        }
+        self.debt.fetch_add(1, Ordering::AcqRel);
+        slots.add_permits(1);
+        // Nobody waits while a hand-over's connections take their places
+        // (they go first); should someone, the place is its, and the debt
+        // stays until a place frees.
+        Some(Place {
+            permit: slots.clone().try_acquire_owned().ok(),
+            debt: self.debt.clone(),
+        })
+    }
+
+    /// Connections to the target now (places out, those beyond the bound
+    /// included).
     pub fn in_use(&self) -> Option<u64> {
         let slots = self.slots.as_ref()?;
-        let max = u64::from(self.limits.max_connections?);
+        let max = u64::from(self.limits.max_connections?) + self.debt.load(Ordering::Acquire);
         Some(max.saturating_sub(slots.available_permits() as u64))
     }
 }
 
-/// Resolves when `client` has closed (end of file or an error); never when
-/// it sent data first (a client may speak before the device answers).
-async fn gone(client: &tokio::net::TcpStream) {
-    let mut b = [0u8; 1];
-    match client.peek(&mut b).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending::<()>().await,
+type Acquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+
+/// A client's turn under `maxConnections` ([`Protection::enqueue`]).
+pub enum Turn {
+    Decided(Admission),
+    Waiting {
+        acquire: Acquire,
+        deadline: Option<tokio::time::Instant>,
+        _leave: Leave,
+    },
+}
+
+impl std::fmt::Debug for Turn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Turn::Decided(a) => write!(f, "Decided({a:?})"),
+            Turn::Waiting { deadline, .. } => write!(f, "Waiting(until {deadline:?})"),
+        }
+    }
+}
+
+/// Counts a client in the queue while it lives.
+#[derive(Debug)]
+pub struct Leave(Arc<AtomicU64>);
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's place under `maxConnections`, held until it ends. While
+/// the forward is in debt ([`Protection::take_place`]) a place that frees
+/// pays one back instead of going to the next client.
+#[derive(Debug)]
+pub struct Place {
+    permit: Option<OwnedSemaphorePermit>,
+    debt: Arc<AtomicU64>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let Some(p) = self.permit.take() else { return };
+        let paid = self
+            .debt
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| d.checked_sub(1));
+        if paid.is_ok() {
+            p.forget();
+        }
+    }
+}
+
+/// Resolves when `client` has reset the connection or it failed (a
+/// pending socket error: RST, ICMP, keepalive), never on its FIN: a client
+/// that only reads may half-close at once and still wait for the device's
+/// answer; its bytes and its FIN reach the device once it is let in (the
+/// relay passes a half-close on). Reads nothing and consumes no error.
+pub async fn reset_by_peer(client: &tokio::net::TcpStream) {
+    loop {
+        match client.ready(tokio::io::Interest::ERROR).await {
+            Ok(r) if r.is_error() => return,
+            // Not an error after all (spurious): wait again.
+            Ok(_) => tokio::task::yield_now().await,
+            Err(_) => return,
+        }
     }
 }
 
@@ -310,7 +442,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_queue_refuses_and_a_client_that_leaves_is_dropped() {
+    async fn a_full_queue_refuses_and_a_client_that_resets_is_dropped() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let p = Arc::new(Protection::new(limits(1, 1, 10_000)));
         let (a, _pa) = pair(&l).await;
@@ -326,8 +458,16 @@ mod tests {
         let (c, _pc) = pair(&l).await;
         assert!(matches!(p.admit(&c).await, Admission::Full));
         assert_eq!(p.queue_full.load(Ordering::Relaxed), 1);
-        // The waiting client hangs up: it leaves the queue at once.
+        // Its half-close is not leaving: it may wait for the answer.
         pb.shutdown().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a half-closed client left the queue"
+        );
+        assert_eq!(p.queued.load(Ordering::Acquire), 1);
+        // The waiting client resets: it leaves the queue at once.
+        pb.set_zero_linger().unwrap();
         drop(pb);
         let out = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
@@ -336,6 +476,82 @@ mod tests {
         assert!(matches!(out, Admission::Left), "{out:?}");
         assert_eq!(p.queue_abandoned.load(Ordering::Relaxed), 1);
         assert_eq!(p.queued.load(Ordering::Acquire), 0);
+    }
+
+    /// A hand-over's waiting clients take their turns in their order,
+    /// whatever order their tasks then run in; one whose queue timeout
+    /// passed before (it counts from its first arrival) times out.
+    #[tokio::test]
+    async fn turns_taken_in_order_are_served_in_order_and_keep_their_clock() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = Arc::new(Protection::new(limits(1, 8, 60_000)));
+        let held = p.take_place().unwrap();
+        let mut peers = Vec::new();
+        let mut turns = Vec::new();
+        for _ in 0..3 {
+            let (c, peer) = pair(&l).await;
+            peers.push(peer);
+            turns.push((c, p.enqueue(Instant::now())));
+        }
+        assert_eq!(p.queued.load(Ordering::Acquire), 3);
+        // Waited for last to first.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for (i, (c, turn)) in turns.into_iter().enumerate().rev() {
+            let (q, tx) = (p.clone(), tx.clone());
+            tokio::spawn(async move {
+                if let Admission::Go(Some(place)) = q.wait(turn, &c).await {
+                    tx.send(i).unwrap();
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    drop(place);
+                }
+            });
+        }
+        drop(held);
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(rx.recv().await.unwrap());
+        }
+        assert_eq!(got, [0, 1, 2]);
+
+        let _held = p.take_place().unwrap();
+        let (c, _peer) = pair(&l).await;
+        let long_ago = Instant::now().checked_sub(Duration::from_secs(61)).unwrap();
+        let turn = p.enqueue(long_ago);
+        assert!(matches!(p.wait(turn, &c).await, Admission::TimedOut));
+        assert_eq!(p.queued.load(Ordering::Acquire), 0);
+    }
+
+    /// Three relayed connections handed to a forward bounded at one: all
+    /// keep going; a waiting client gets a place only once all three ended.
+    #[tokio::test]
+    async fn places_beyond_the_bound_are_paid_back_before_anyone_waiting_goes() {
+        use futures_util::FutureExt;
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = Protection::new(limits(1, 8, 60_000));
+        let mut places: Vec<Place> = (0..3).map(|_| p.take_place().unwrap()).collect();
+        assert_eq!(p.in_use(), Some(3));
+        let (c, _peer) = pair(&l).await;
+        let turn = p.enqueue(Instant::now());
+        let mut waiting = Box::pin(p.wait(turn, &c));
+        assert!((&mut waiting).now_or_never().is_none());
+        for left in [2, 1] {
+            drop(places.pop());
+            assert!(
+                (&mut waiting).now_or_never().is_none(),
+                "{left} still relayed"
+            );
+            assert_eq!(p.in_use(), Some(left));
+        }
+        drop(places.pop());
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap();
+        let Admission::Go(Some(place)) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(p.in_use(), Some(1));
+        drop(place);
+        assert_eq!(p.in_use(), Some(0));
     }
 
     #[tokio::test]

@@ -5,8 +5,11 @@
 //! as unknown). Only the latest state is sent; failures are retried with
 //! exponential backoff (1 s to 60 s). With `--status-webhook-token-file`
 //! each POST carries `Authorization: Bearer <the file's content>`, read
-//! at each POST so a rotated Secret is taken. It runs in its own task and
-//! never blocks a relay.
+//! at each POST so a rotated token is taken: with edgelink-operator, the
+//! pod's ServiceAccount token for the audience `edgelink-operator`, which
+//! the kubelet projects and renews and the operator has reviewed (it
+//! takes the report for the node of the pod the token is bound to only).
+//! It runs in its own task and never blocks a relay.
 
 use crate::daemon::Daemon;
 use bytes::Bytes;

@@ -200,6 +200,12 @@ impl Channel {
         Ok(all)
     }
 
+    /// Bound each read by `timeout` from now on (`None`: wait until the
+    /// peer writes or closes).
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        Ok(self.sock.set_read_timeout(timeout)?)
+    }
+
     /// The socket, e.g. to wait for the peer to close it.
     pub fn socket(&self) -> &UnixStream {
         &self.sock

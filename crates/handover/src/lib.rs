@@ -12,7 +12,14 @@
 //! old → new   Inventory { fds: N, state }                 then N descriptors,
 //!                                                          in Fds frames of at most 253
 //! new → old   Confirm                                     or Abort { reason }
+//! old → new   Ack                                         or Refused { reason, code }
 //! ```
+//!
+//! The `Ack` (protocol 2) is what makes exactly one daemon serve: the old
+//! daemon waits for the Confirm (for its `--handover-timeout`), answers
+//! `Ack` and exits, or, having given up, answers `Refused` and serves on;
+//! the new daemon serves nothing before its `Ack`, and a Confirm that is
+//! not acknowledged ends it.
 //!
 //! A frame is a 4-byte big-endian length and that many bytes of JSON
 //! ([`Message`]); descriptors ride on `Fds` frames as SCM_RIGHTS ancillary
@@ -22,8 +29,11 @@
 //! once, so a peer cannot make one socket serve twice.
 //!
 //! Versioning: [`PROTOCOL`] changes whenever a message or the meaning of a
-//! field changes. The old daemon refuses a peer of another protocol with
-//! [`RefusalCode::Protocol`] and keeps running.
+//! field changes. The old daemon refuses a peer of a protocol it does not
+//! speak with [`RefusalCode::Protocol`] and keeps running. Protocol 2
+//! speaks protocol 1 too ([`OLDEST_PROTOCOL`]): as the old daemon it
+//! hands over to a protocol-1 peer without the `Ack`; as the new one,
+//! refused by a protocol-1 daemon, it asks again in protocol 1.
 
 mod channel;
 mod message;
@@ -31,8 +41,12 @@ mod message;
 pub use channel::{Channel, Received};
 pub use message::*;
 
-/// The hand-over protocol this build speaks.
-pub const PROTOCOL: u32 = 1;
+/// The hand-over protocol this build speaks: 2 added the `Ack` after
+/// `Confirm` and the queue state of waiting connections.
+pub const PROTOCOL: u32 = 2;
+
+/// The oldest protocol this build still speaks (without the `Ack`).
+pub const OLDEST_PROTOCOL: u32 = 1;
 
 /// The line that turns a control-socket connection into a hand-over.
 pub const HANDOVER_LINE: &str = "handover";

@@ -18,10 +18,16 @@ pub enum Message {
     Inventory { fds: u32, state: State },
     /// The next `count` descriptors ride on this frame.
     Fds { count: u32 },
-    /// New to old: everything was taken; the old daemon exits.
+    /// New to old: everything was taken. Protocol 1: the old daemon
+    /// exits. Protocol 2: it answers `Ack` (and exits) or, when it gave up
+    /// waiting, `Refused` (and serves on).
     Confirm {},
     /// New to old: something was wrong; the old daemon serves on.
     Abort { reason: String },
+    /// Old to new (protocol 2), the answer to `Confirm`: everything is the
+    /// new daemon's, the old one exits. The new daemon serves nothing
+    /// before it has this.
+    Ack {},
 }
 
 impl Message {
@@ -35,6 +41,7 @@ impl Message {
             Message::Fds { .. } => "Fds",
             Message::Confirm {} => "Confirm",
             Message::Abort { .. } => "Abort",
+            Message::Ack {} => "Ack",
         }
     }
 
@@ -124,6 +131,25 @@ pub struct Connection {
     pub to_target: Direction,
     #[serde(default)]
     pub to_client: Direction,
+    /// Without an upstream: it had its place under `maxConnections` and was
+    /// connecting (the new daemon gives it a place before any waiting
+    /// client). Protocol 2; left out when false, as protocol 1 has it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub admitted: bool,
+    /// Without an upstream and not admitted: how long it had waited in the
+    /// forward's queue (the new daemon queues the waiting clients longest
+    /// wait first, and counts the queue timeout from their first arrival).
+    /// Protocol 2; left out when 0, as protocol 1 has it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waited_ms: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One direction of a relayed connection.
@@ -221,6 +247,12 @@ impl State {
         }
         for f in &self.forwards {
             for c in &f.connections {
+                if c.upstream.is_some() && (c.admitted || c.waited_ms > 0) {
+                    return Err(Error::Malformed(format!(
+                        "forward {}: a relayed connection has queue state",
+                        f.name
+                    )));
+                }
                 if c.upstream.is_none()
                     && (c.to_target != Direction::default() || c.to_client != Direction::default())
                 {
@@ -329,12 +361,16 @@ mod tests {
                             eof: true,
                             done: true,
                         },
+                        admitted: false,
+                        waited_ms: 0,
                     },
                     Connection {
                         client: Fd(7),
                         upstream: None,
                         to_target: Direction::default(),
                         to_client: Direction::default(),
+                        admitted: false,
+                        waited_ms: 1500,
                     },
                 ],
                 udp: vec![Udp {
@@ -369,6 +405,7 @@ mod tests {
             Message::Fds { count: 3 },
             Message::Confirm {},
             Message::Abort { reason: "r".into() },
+            Message::Ack {},
         ] {
             assert_eq!(Message::decode(&m.encode()).unwrap(), m);
         }
@@ -402,6 +439,37 @@ mod tests {
         let mut s = sample();
         s.forwards[0].connections[0].to_client.eof = false;
         assert!(s.check(10).is_err());
+    }
+
+    #[test]
+    fn impossible_queue_states_are_refused() {
+        let mut s = sample();
+        s.forwards[0].connections[0].waited_ms = 1;
+        let e = s.check(10).unwrap_err().to_string();
+        assert!(e.contains("relayed connection has queue state"), "{e}");
+        let mut s = sample();
+        s.forwards[0].connections[0].admitted = true;
+        assert!(s.check(10).is_err());
+    }
+
+    /// Protocol 1 has neither `admitted` nor `waitedMs` and refuses
+    /// unknown fields: a connection without them is written as protocol 1
+    /// writes it, and protocol 1's connections read as not admitted, not
+    /// waiting.
+    #[test]
+    fn queue_fields_are_left_out_when_unset_and_default_when_absent() {
+        let mut s = sample();
+        s.forwards[0].connections[1].waited_ms = 0;
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(
+            !json.contains("admitted") && !json.contains("waitedMs"),
+            "{json}"
+        );
+        let v1 = r#"{"client":7,"upstream":null}"#;
+        let c: Connection = serde_json::from_str(v1).unwrap();
+        assert!(!c.admitted && c.waited_ms == 0);
+        let v2 = serde_json::to_string(&sample().forwards[0].connections[1]).unwrap();
+        assert!(v2.contains(r#""waitedMs":1500"#), "{v2}");
     }
 
     #[test]

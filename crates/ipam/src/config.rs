@@ -361,6 +361,7 @@ impl IpamConfig {
             all.push(set);
         }
         check_overlaps(&all)?;
+        check_families(&all)?;
 
         let exclude = match obj.get("exclude") {
             None | Some(Value::Null) => Vec::new(),
@@ -460,6 +461,31 @@ fn family(n: &IpNetwork) -> &'static str {
     } else {
         "IPv6"
     }
+}
+
+/// At most one range set per address family: each set gives every
+/// attachment one address, so sets of one family would let one pod take as
+/// many addresses of a segment as the config lists sets (issue 20, item 11).
+fn check_families(all: &[Vec<Range>]) -> Result<(), ConfigError> {
+    let mut seen: [Option<usize>; 2] = [None, None];
+    for (i, set) in all.iter().enumerate() {
+        let Some(first) = set.first() else { continue };
+        let fam = usize::from(!first.subnet.is_ipv4());
+        if let Some(j) = seen[fam] {
+            return Err(ConfigError::new(
+                format!("ipam.ranges[{i}]"),
+                "",
+                format!(
+                    "is a second {} range set (ipam.ranges[{j}] is one): one range set per \
+                     address family (a set is a list of ranges, and each set gives an \
+                     attachment one address)",
+                    family(&first.subnet)
+                ),
+            ));
+        }
+        seen[fam] = Some(i);
+    }
+    Ok(())
 }
 
 /// No two ranges of the config, in any set and for any node, may share an address.

@@ -33,5 +33,5 @@ pub use config::{
 };
 pub use store::{
     release_all_but, release_all_except, release_all_except_with_grace, valid_network_name,
-    Allocation, GcReport, IpamError, Owner, Store, StoreLock, GC_GRACE,
+    Allocation, GcReport, IpamError, Owner, Ownership, Store, StoreLock, GC_GRACE,
 };

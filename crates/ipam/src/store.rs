@@ -25,6 +25,7 @@ mod disk;
 mod error;
 pub(crate) mod failpoint;
 mod gc;
+mod owner;
 mod pool;
 mod writer;
 
@@ -48,6 +49,7 @@ pub use gc::{
     release_all_but, release_all_except, release_all_except_with_grace, GcReport, GC_GRACE,
     STICKY_TTL,
 };
+pub use owner::Ownership;
 
 /// Who holds a reservation: the attachment (container ID, ifname) and, for
 /// sticky addresses and diagnostics, the pod.
@@ -126,6 +128,11 @@ impl Store {
             ));
         }
         let layout = Layout { dir };
+        // Below the state directory (root's), no component may be a
+        // symbolic link: writes and GC's unlinks stay inside the store.
+        // Each is checked before anything is created inside it.
+        disk::ensure_dir(&state_dir.join("ipam"))?;
+        disk::ensure_dir(&layout.dir)?;
         disk::ensure_dir(&layout.owners_dir())?;
         disk::ensure_dir(&layout.sticky_dir())?;
         Ok(Store {
@@ -157,6 +164,7 @@ impl Store {
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(|e| IpamError::io(&path, e))?;
         let started = Instant::now();

@@ -5,8 +5,13 @@
 //! forward chain that drops everything else), the forwarding and conntrack
 //! sysctls of that namespace, and reading the table's counters back.
 //!
-//! It must not: touch any namespace but the one it is handed (never the
-//! node's own firewall), link libnftnl or any other C library (it runs the
+//! It also renders and installs the node-side guard of a bridge that
+//! carries gateway addresses ([`ensure_gateway_guard`], the plugin's
+//! `isGateway`): a table of its own in the namespace it is handed, which
+//! is then the node's.
+//!
+//! It must not: touch any namespace but the one it is handed, nor any
+//! table but its own, link libnftnl or any other C library (it runs the
 //! `nft` binary and speaks nft's JSON API, see [`Options::nft`]), use an
 //! async runtime (the daemon calls it from `spawn_blocking`), or decide
 //! which forwards take this path (the daemon does).
@@ -16,20 +21,24 @@
 //! only on short-lived threads of their own ([`Netns::run_on_thread`]); a
 //! child process spawned there inherits that namespace.
 //!
-//! Only traffic that does not arrive on the private interface is DNATed,
+//! Only traffic that arrives on the plan's cluster interface (or, when it
+//! names none, that does not arrive on the private interface) is DNATed,
 //! and only to targets inside the plan's allowed networks: a device on the
-//! private segment can never use this path to reach into the cluster.
+//! private segment, or on another segment the pod is attached to, can
+//! never use this path to reach into the cluster or that segment.
 //! Clients inside the pod itself (its loopback) are not served: the NAT
 //! hooks here see packets routed through the pod, not the pod's own.
 
 #![forbid(unsafe_code)]
 
 mod counters;
+mod gateway;
 mod nft;
 mod render;
 mod sysctl;
 
 pub use edgelink_attachment::Protocol;
+pub use gateway::{ensure_gateway_guard, gateway_table, remove_gateway_guard, render_gateway};
 pub use render::render;
 pub use sysctl::conntrack_headroom;
 
@@ -61,6 +70,10 @@ pub struct Plan {
     pub table: String,
     /// The edgelink interface in the pod, e.g. "net1".
     pub private_ifname: String,
+    /// The pod's cluster interface, e.g. "eth0": when set, only what
+    /// arrives there is DNATed (not what arrives on any other attachment's
+    /// interface, another segment); when None, all but `private_ifname`.
+    pub cluster_ifname: Option<String>,
     pub forwards: Vec<KernelForward>,
     /// The attachment's allowedTargets: [`render`] refuses any target
     /// outside them.
@@ -161,7 +174,10 @@ pub enum Error {
 }
 
 /// Install `plan` in `netns`, replacing whatever the table held, then turn
-/// on forwarding there and set the conntrack timeouts of `opts`.
+/// on forwarding there (`ip_forward` and the private interface's own, which
+/// the plugin's ADD turned off) and set the conntrack timeouts of `opts`.
+/// When any step fails, forwarding in `netns` is turned off again: the pod
+/// routes only while the table that drops what it did not DNAT is in.
 ///
 /// Idempotent: one transaction adds the table, deletes it and adds it anew
 /// with everything in it, so no rule is ever doubled and the same plan
@@ -173,12 +189,22 @@ pub fn ensure(netns: &Netns, plan: &Plan, opts: &Options) -> Result<(), Error> {
     let timeouts = sysctl::ConntrackTimeouts::from_options(opts)?;
     let needs_ipv6 = plan.forwards.iter().any(|f| f.target.is_ipv6());
     let nft = nft::Nft::new(opts, netns, &plan.table);
+    let ifname = plan.private_ifname.as_str();
     netns.run_on_thread(|| {
-        nft.apply(&doc, "replace")?;
-        // After the transaction: on a kernel with conntrack as a module the
-        // nf_conntrack sysctls appear only once a ct rule has loaded it.
-        sysctl::set_forwarding(netns, &opts.proc_sys_net, true, needs_ipv6)?;
-        timeouts.apply(netns)
+        let installed = nft.apply(&doc, "replace").and_then(|()| {
+            // Forwarding only once the drop-by-default table is in. After
+            // the transaction too: on a kernel with conntrack as a module
+            // the nf_conntrack sysctls appear only once a ct rule loaded it.
+            sysctl::set_forwarding(netns, &opts.proc_sys_net, Some(ifname), needs_ipv6)?;
+            timeouts.apply(netns)
+        });
+        if installed.is_err() {
+            // Not serving: the pod must not route either, whatever it
+            // inherited from the node (best effort: the error that
+            // matters is the one above).
+            let _ = sysctl::set_forwarding(netns, &opts.proc_sys_net, None, false);
+        }
+        installed
     })?
 }
 
@@ -192,7 +218,7 @@ pub fn remove(netns: &Netns, table: &str, opts: &Options) -> Result<bool, Error>
         if nft.list_table()?.is_none() {
             return Ok(false);
         }
-        sysctl::set_forwarding(netns, &opts.proc_sys_net, false, false)?;
+        sysctl::set_forwarding(netns, &opts.proc_sys_net, None, false)?;
         nft.apply(&render::delete(table), "delete")?;
         Ok(true)
     })?

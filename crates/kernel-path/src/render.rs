@@ -4,7 +4,8 @@
 //! table inet <table> {
 //!   counter <fwd>-conn {}  counter <fwd>-up {}  counter <fwd>-down {}   (per forward)
 //!   chain prerouting { type nat hook prerouting priority dstnat; policy accept;
-//!     meta nfproto ipv4 iifname != "net1" tcp dport 8080 fib daddr type local
+//!     meta nfproto ipv4 iifname "eth0" tcp dport 8080 fib daddr type local
+//!       (iifname != "net1" when the plan names no cluster interface)
 //!       counter name "<fwd>-conn" dnat ip to 172.31.50.10:80 }
 //!   chain postrouting { type nat hook postrouting priority srcnat; policy accept;
 //!     oifname "net1" ct status dnat masquerade fully-random }
@@ -40,7 +41,7 @@ const FORWARD: &str = "forward";
 /// The named priorities dstnat, srcnat and filter.
 const PRIO_DSTNAT: i32 = -100;
 const PRIO_SRCNAT: i32 = 100;
-const PRIO_FILTER: i32 = 0;
+pub(crate) const PRIO_FILTER: i32 = 0;
 
 /// Suffixes of a forward's three named counters.
 pub(crate) const CONN: &str = "-conn";
@@ -95,8 +96,12 @@ pub fn render(plan: &Plan) -> Result<Nftables<'static>, Error> {
         PRIO_FILTER,
         NfChainPolicy::Drop,
     ));
+    let ingress = match &plan.cluster_ifname {
+        Some(cluster) => (cluster.as_str(), Operator::EQ),
+        None => (ifname, Operator::NEQ),
+    };
     for f in &plan.forwards {
-        cmds.push(rule(table, PREROUTING, dnat_rule(f, ifname)));
+        cmds.push(rule(table, PREROUTING, dnat_rule(f, ingress)));
     }
     cmds.push(rule(
         table,
@@ -140,9 +145,9 @@ pub(crate) fn delete(table: &str) -> Nftables<'static> {
     }
 }
 
-/// `[meta nfproto ipvX] iifname != <if> <l4> dport <port> fib daddr type
-/// local counter name <fwd>-conn dnat ipX to <target>`.
-fn dnat_rule(f: &KernelForward, ifname: &str) -> Vec<Statement<'static>> {
+/// `[meta nfproto ipvX] iifname == <cluster> (or != <private>) <l4> dport
+/// <port> fib daddr type local counter name <fwd>-conn dnat ipX to <target>`.
+fn dnat_rule(f: &KernelForward, ingress: (&str, Operator)) -> Vec<Statement<'static>> {
     let (nfproto, family) = match f.target.ip() {
         IpAddr::V4(_) => ("ipv4", NATFamily::IP),
         IpAddr::V6(_) => ("ipv6", NATFamily::IP6),
@@ -151,8 +156,8 @@ fn dnat_rule(f: &KernelForward, ifname: &str) -> Vec<Statement<'static>> {
         eq(meta(MetaKey::Nfproto), string(nfproto)),
         Statement::Match(Match {
             left: meta(MetaKey::Iifname),
-            right: string(ifname),
-            op: Operator::NEQ,
+            right: string(ingress.0),
+            op: ingress.1,
         }),
         eq(
             Expression::Named(NamedExpression::Payload(Payload::PayloadField(
@@ -219,17 +224,26 @@ fn check(plan: &Plan) -> Result<(), Error> {
         table: plan.table.clone(),
         reason,
     };
-    let ifname = &plan.private_ifname;
-    if ifname.is_empty()
-        || ifname.len() > 15
-        || ifname == "."
-        || ifname == ".."
-        || !ifname
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':')
-    {
+    let names = std::iter::once(("private", &plan.private_ifname))
+        .chain(plan.cluster_ifname.iter().map(|c| ("cluster", c)));
+    for (side, ifname) in names {
+        if ifname.is_empty()
+            || ifname.len() > 15
+            || ifname == "."
+            || ifname == ".."
+            || !ifname
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':')
+        {
+            return Err(invalid(format!(
+                "{side} interface {ifname:?} is not an interface name"
+            )));
+        }
+    }
+    if plan.cluster_ifname.as_ref() == Some(&plan.private_ifname) {
         return Err(invalid(format!(
-            "private interface {ifname:?} is not an interface name"
+            "the cluster interface is the private one ({:?})",
+            plan.private_ifname
         )));
     }
     let mut names = HashSet::new();
@@ -309,19 +323,19 @@ fn l4(p: Protocol) -> &'static str {
     }
 }
 
-fn owned(s: &str) -> Cow<'static, str> {
+pub(crate) fn owned(s: &str) -> Cow<'static, str> {
     Cow::Owned(s.to_string())
 }
 
-fn string(s: &str) -> Expression<'static> {
+pub(crate) fn string(s: &str) -> Expression<'static> {
     Expression::String(owned(s))
 }
 
-fn meta(key: MetaKey) -> Expression<'static> {
+pub(crate) fn meta(key: MetaKey) -> Expression<'static> {
     Expression::Named(NamedExpression::Meta(Meta { key }))
 }
 
-fn ct(key: &'static str, dir: Option<CTDir>) -> Expression<'static> {
+pub(crate) fn ct(key: &'static str, dir: Option<CTDir>) -> Expression<'static> {
     Expression::Named(NamedExpression::CT(CT {
         key: key.into(),
         family: None,
@@ -329,7 +343,7 @@ fn ct(key: &'static str, dir: Option<CTDir>) -> Expression<'static> {
     }))
 }
 
-fn eq(left: Expression<'static>, right: Expression<'static>) -> Statement<'static> {
+pub(crate) fn eq(left: Expression<'static>, right: Expression<'static>) -> Statement<'static> {
     Statement::Match(Match {
         left,
         right,
@@ -338,7 +352,7 @@ fn eq(left: Expression<'static>, right: Expression<'static>) -> Statement<'stati
 }
 
 /// A bit test, as nft writes `ct status dnat`.
-fn flag(left: Expression<'static>, bit: &'static str) -> Statement<'static> {
+pub(crate) fn flag(left: Expression<'static>, bit: &'static str) -> Statement<'static> {
     Statement::Match(Match {
         left,
         right: Expression::String(bit.into()),
@@ -356,7 +370,7 @@ fn counter(f: &KernelForward, suffix: &str) -> Statement<'static> {
     ))
 }
 
-fn table_obj(table: &str) -> Table<'static> {
+pub(crate) fn table_obj(table: &str) -> Table<'static> {
     Table {
         family: NfFamily::INet,
         name: owned(table),
@@ -364,7 +378,7 @@ fn table_obj(table: &str) -> Table<'static> {
     }
 }
 
-fn base_chain(
+pub(crate) fn base_chain(
     table: &str,
     name: &'static str,
     kind: NfChainType,
@@ -386,7 +400,11 @@ fn base_chain(
     }))
 }
 
-fn rule(table: &str, chain: &'static str, expr: Vec<Statement<'static>>) -> NfCmd<'static> {
+pub(crate) fn rule(
+    table: &str,
+    chain: &'static str,
+    expr: Vec<Statement<'static>>,
+) -> NfCmd<'static> {
     NfCmd::Add(NfListObject::Rule(Rule {
         family: NfFamily::INet,
         table: owned(table),

@@ -60,17 +60,27 @@ impl ConntrackTimeouts {
     }
 }
 
-/// IPv4 forwarding on or off; IPv6 forwarding on when `ipv6` (and `on`),
-/// else off where the namespace has IPv6 at all. The calling thread must be
-/// inside `netns`.
+/// Forwarding on (`Some(private interface)`) or off (`None`). On: IPv4
+/// `ip_forward` and the private interface's own IPv4 forwarding (which
+/// `ip_forward` changes only when it changes itself), IPv6 forwarding when
+/// `ipv6`. Off: `ip_forward` (every interface with it) and IPv6 forwarding
+/// where the namespace has IPv6. The calling thread must be inside `netns`.
 pub(crate) fn set_forwarding(
     netns: &Netns,
     root: &Path,
-    on: bool,
+    on: Option<&str>,
     ipv6: bool,
 ) -> Result<(), Error> {
-    set(netns, &root.join(IPV4_FORWARD), if on { "1" } else { "0" })?;
-    let v6 = on && ipv6;
+    set(
+        netns,
+        &root.join(IPV4_FORWARD),
+        if on.is_some() { "1" } else { "0" },
+    )?;
+    if let Some(ifname) = on {
+        let conf = root.join("ipv4/conf").join(ifname).join("forwarding");
+        set(netns, &conf, "1")?;
+    }
+    let v6 = on.is_some() && ipv6;
     let v6_path = root.join(IPV6_FORWARDING);
     if v6 || v6_path.exists() {
         set(netns, &v6_path, if v6 { "1" } else { "0" })?;

@@ -1,13 +1,15 @@
 //! edgelink-operator's library: the custom resources (`crd`), the objects
 //! made from a Device (`render`), the checks the schema cannot make
 //! (`validate`), the device health derived from edgelinkd's reports
-//! (`report`), and the cluster Services a device may call (`reverse`). The binary (src/main.rs and src/run/) adds the controller,
+//! (`report`), who sent a report (`sender`), and the cluster Services a
+//! device may call (`reverse`). The binary (src/main.rs and src/run/) adds the controller,
 //! leader election and the HTTP endpoints.
 
 pub mod crd;
 pub mod render;
 pub mod report;
 pub mod reverse;
+pub mod sender;
 pub mod validate;
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! device's NetworkAttachmentDefinition, proxy pod and Service, and the
 //! Device's status shows its health as edgelinkd reports it.
 //!
-//!   edgelink-operator run [--listen 0.0.0.0:8080] [--webhook-token-file F] ...
+//!   edgelink-operator run [--listen 0.0.0.0:8080] [--webhook-audience A] ...
 //!   edgelink-operator crds            the CRDs as YAML (daemonset/operator/crds.yaml)
 //!
 //! docs/operator.md: install, the resources, status.
@@ -19,7 +19,7 @@ use run::reports::Reports;
 use run::server::App;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,6 +83,21 @@ fn domain_arg(s: &str) -> Result<String, String> {
     }
 }
 
+/// `NAMESPACE:NAME` of a ServiceAccount.
+fn service_account_arg(s: &str) -> Result<String, String> {
+    match s.split_once(':') {
+        Some((ns, name))
+            if !ns.is_empty()
+                && !name.is_empty()
+                && domain_arg(ns).is_ok()
+                && domain_arg(name).is_ok() =>
+        {
+            Ok(s.to_string())
+        }
+        _ => Err(format!("{s:?} is not NAMESPACE:NAME of a ServiceAccount")),
+    }
+}
+
 #[derive(Parser)]
 struct RunArgs {
     /// /healthz, /readyz, /metrics and the webhook (POST /v1/status).
@@ -104,8 +119,18 @@ struct RunArgs {
     /// itself, for edgelinkd's reports (empty: leave Endpoints alone).
     #[arg(long, default_value = "edgelink-operator-webhook")]
     webhook_service: String,
-    /// Reports must carry `Authorization: Bearer <this file's content>`.
-    #[arg(long, env = "EDGELINK_OPERATOR_WEBHOOK_TOKEN_FILE")]
+    /// Reports must carry a ServiceAccount token projected for this audience
+    /// (edgelinkd's, bound to its pod: the report's node must be the pod's).
+    #[arg(long, default_value = "edgelink-operator")]
+    webhook_audience: String,
+    /// edgelinkd's ServiceAccount, NAMESPACE:NAME: the only one whose tokens
+    /// may report.
+    #[arg(long, default_value = "edgelink-system:edgelinkd", value_parser = service_account_arg)]
+    webhook_service_account: String,
+    /// Removed: the shared token of the Secret edgelink-status-token let any
+    /// holder report for any node. Ignored (a warning) so that an old
+    /// Deployment still starts; docs/operator.md, "Upgrading".
+    #[arg(long, env = "EDGELINK_OPERATOR_WEBHOOK_TOKEN_FILE", hide = true)]
     webhook_token_file: Option<PathBuf>,
     /// The proxy pod's image (it only holds a network namespace).
     #[arg(long, default_value = "registry.k8s.io/pause:3.9")]
@@ -168,15 +193,10 @@ async fn shutdown_signal() {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(f) = &args.webhook_token_file {
-        let t = std::fs::read_to_string(f)
-            .with_context(|| format!("--webhook-token-file {}", f.display()))?;
-        anyhow::ensure!(
-            !t.trim().is_empty(),
-            "--webhook-token-file {}: is empty",
-            f.display()
+        tracing::warn!(
+            file = %f.display(),
+            "--webhook-token-file is ignored: reports are taken with edgelinkd's ServiceAccount token only (docs/operator.md, Upgrading)"
         );
-    } else {
-        tracing::warn!("no --webhook-token-file: status reports are taken from anyone who can reach the webhook");
     }
     let client = kube::Client::try_default()
         .await
@@ -186,15 +206,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let (reports, triggers) = Reports::new();
     let reports = Arc::new(reports);
-    let app = Arc::new(App {
-        metrics: metrics.clone(),
-        reports: reports.clone(),
-        leader: AtomicBool::new(false),
-        synced: AtomicBool::new(false),
-        token_file: args.webhook_token_file.clone(),
-    });
+    let (namespace, service_account) = args
+        .webhook_service_account
+        .split_once(':')
+        .context("--webhook-service-account")?;
+    let expect = edgelink_operator::sender::Expect {
+        audience: args.webhook_audience.clone(),
+        namespace: namespace.to_string(),
+        service_account: service_account.to_string(),
+    };
+    let auth = run::auth::Auth::new(expect, Box::new(run::auth::Kube(client.clone())));
+    let app = Arc::new(App::new(metrics.clone(), reports.clone(), auth));
     let listener = run::server::bind(args.listen).await?;
-    let server = tokio::spawn(run::server::serve(app.clone(), listener));
+    let server = tokio::spawn(run::server::serve(
+        app.clone(),
+        listener,
+        run::server::LIMITS,
+    ));
 
     let identity = args
         .identity
@@ -340,11 +368,20 @@ mod tests {
         };
         assert_eq!(label(&a.edge_node_label), None);
         assert_eq!(a.cluster_domain, "cluster.local");
+        assert_eq!(
+            (
+                a.webhook_audience.as_str(),
+                a.webhook_service_account.as_str()
+            ),
+            ("edgelink-operator", "edgelink-system:edgelinkd")
+        );
         for bad in [
             &["--edge-node-label", "=x"][..],
             &["--resync", "0"],
             &["--listen", "nowhere"],
             &["--cluster-domain", "a..b"],
+            &["--webhook-service-account", "edgelinkd"],
+            &["--webhook-service-account", "ns:"],
         ] {
             let mut argv = vec!["edgelink-operator", "run"];
             argv.extend_from_slice(bad);

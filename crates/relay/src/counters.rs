@@ -17,7 +17,10 @@ pub struct Counters {
     pub bytes_to_client: AtomicU64,
     /// Connects to the target that failed or timed out.
     pub connect_errors: AtomicU64,
-    /// Connections that ended with an error other than a connect failure.
+    /// Connections that ended with an error other than a connect failure;
+    /// for UDP, the errors the target's side reported on a session's
+    /// socket (ICMP: port or host unreachable, prohibited, ...), after
+    /// which the session goes on.
     pub errors: AtomicU64,
     /// TCP connections reset after their idle timeout (no byte moved
     /// either way for that long).

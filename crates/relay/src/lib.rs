@@ -8,9 +8,10 @@
 //! handed in ready-made, or made through a [`SocketSource`] the caller
 //! implements (the node daemon creates them inside the right namespace).
 //!
-//! Unsafe code is confined to the batched UDP syscalls (`udp::mmsg`) and
-//! two socket calls (`sockopt`: an int setsockopt, the SIOCATMARK ioctl);
-//! the rest goes through nix's safe wrappers (splice, pipe2, fcntl).
+//! Unsafe code is confined to the batched UDP syscalls and the mapping
+//! long datagrams spill into (`udp::mmsg`), and three socket calls
+//! (`sockopt`: an int setsockopt, the SIOCATMARK and SIOCINQ ioctls); the
+//! rest goes through nix's safe wrappers (splice, pipe2, fcntl, recv).
 //!
 //! splice(2) into a socket whose peer is gone raises SIGPIPE: the process
 //! must ignore it, as every Rust binary does unless told otherwise.

@@ -66,3 +66,24 @@ pub(crate) fn at_mark(fd: impl AsFd) -> io::Result<bool> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// SIOCINQ (FIONREAD): the bytes a TCP socket has received and not yet
+/// given to the reader.
+pub(crate) fn unread(fd: impl AsFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: the descriptor is open for the borrow of `fd`; SIOCINQ
+    // writes one c_int through the pointer, which points at `n`, alive
+    // across the call.
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_fd().as_raw_fd(),
+            libc::FIONREAD as _,
+            &mut n as *mut libc::c_int,
+        )
+    };
+    if r == 0 {
+        Ok(usize::try_from(n).unwrap_or(0))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -36,8 +36,12 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-/// Largest datagram relayed; longer ones are dropped and counted.
-pub const MAX_DATAGRAM: usize = mmsg::DATAGRAM_SIZE;
+/// Largest datagram relayed: 64 KiB, more than a UDP datagram can carry
+/// (65,507 bytes of payload over IPv4, 65,527 over IPv6), so none is
+/// dropped for its size. Each datagram is received into a 2 KiB slot of
+/// its batch, and what does not fit spills into pages that are only
+/// touched then and given back once it was passed on (see `mmsg`).
+pub const MAX_DATAGRAM: usize = mmsg::DATAGRAM_MAX;
 
 /// Batches the listener reads in a row before the relay looks at its other
 /// work (new sessions, the sweep, shutdown).
@@ -205,6 +209,7 @@ pub async fn relay_udp(
     let batch = cfg.batch.clamp(1, MAX_BATCH);
 
     let (created_tx, mut created_rx) = mpsc::unbounded_channel();
+    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let mut table = Table::new(session::Shared {
         listener: listener.clone(),
         target: target.into(),
@@ -219,6 +224,7 @@ pub async fn relay_udp(
         max_sessions: cfg.max_sessions.max(1),
         clock: Clock::new(),
         created: created_tx,
+        ended: ended_tx,
         gso_to_target: AtomicBool::new(cfg.gso),
         gso_to_client: AtomicBool::new(cfg.gso),
     });
@@ -250,6 +256,7 @@ pub async fn relay_udp(
             () = &mut shutdown => break Ok(false),
             () = park.cancelled() => break Ok(true),
             Some(created) = created_rx.recv() => table.created(created),
+            Some((slot, generation)) = ended_rx.recv() => table.ended(slot, generation),
             _ = sweep.tick() => table.sweep(idle_ms),
             () = &mut hold_timer, if hold => {}
             ready = listener.readable(), if !hold => {
@@ -289,6 +296,7 @@ fn from_clients(
         match got {
             Ok(n) => {
                 table.dispatch(rx, n);
+                rx.release();
                 if stop_when_crowded && table.crowded() {
                     return Ok(());
                 }

@@ -4,6 +4,7 @@
 //! with a stripped config, podman's VERSION probe, a conflist chain, and
 //! STATUS.
 
+use crate::review3_segment::icmp_reachable;
 use edgelink_tests::*;
 use serde_json::{json, Value};
 
@@ -170,7 +171,10 @@ fn multus_three_nads_on_one_pod() {
     assert_eq!(lab.node.master_of("uplink1"), None);
     assert!(tcp_reachable(&pod, DEVICE_V4, 9));
     assert!(tcp_reachable(&pod, "172.31.251.10", 9));
-    assert!(tcp_reachable(&pod, "10.77.0.1", 9));
+    // The gateway on the node answers ICMP, nothing new else (isGateway's
+    // guard, review3_segment.rs).
+    assert!(icmp_reachable(&pod, "10.77.0.1"));
+    assert!(!tcp_reachable(&pod, "10.77.0.1", 9));
     assert!(hl_dir.join("lab-b/172.31.251.50").exists());
     let mut recs = lab.records_sorted();
     recs.sort();
@@ -219,7 +223,7 @@ fn multus_three_nads_on_one_pod() {
         vec!["isolated/10.77.0.2", "plant-floor/172.31.250.100"]
     );
     assert!(tcp_reachable(&pod, DEVICE_V4, 9));
-    assert!(tcp_reachable(&pod, "10.77.0.1", 9));
+    assert!(icmp_reachable(&pod, "10.77.0.1"));
     call("CHECK", "net1")
         .run(&lab.node, &with_prev(&nad1, &r1))
         .ok_empty();
@@ -231,7 +235,7 @@ fn multus_three_nads_on_one_pod() {
     assert_eq!(pod.links_sorted(), vec!["lo", "net3"]);
     assert_eq!(lab.reserved_all(), vec!["isolated/10.77.0.2"]);
     assert_eq!(lab.records(), vec![format!("{cid}_net3.json")]);
-    assert!(tcp_reachable(&pod, "10.77.0.1", 9));
+    assert!(icmp_reachable(&pod, "10.77.0.1"));
 
     call("DEL", "net3")
         .run(&lab.node, &with_prev(&nad3, &r3))

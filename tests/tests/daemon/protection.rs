@@ -200,11 +200,15 @@ fn a_client_that_waits_longer_than_queue_timeout_is_closed_and_counted() {
     assert_eq!(f["queueTimeoutsTotal"], 1, "{f:#}");
     assert_eq!(f["queued"], 0, "{f:#}");
     assert_eq!(l.metric("edgelink_queue_timeouts_total", "narrow"), 1.0);
-    // A client that gives up while waiting leaves the queue at once.
+    // A client that gives up while waiting (a reset: a FIN alone is a
+    // half-close, and stays) leaves the queue at once.
     let third = l.connect(9013).expect("connect");
     assert!(wait_until(Duration::from_secs(5), || l.forward("narrow")
         ["queued"]
         == 1));
+    socket2::SockRef::from(&third)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
     drop(third);
     assert!(
         wait_until(Duration::from_secs(5), || l.forward("narrow")

@@ -317,13 +317,13 @@ fn a_device_reaches_nothing_else_through_the_pod() {
     l.conf["reverse"] = mqtt_and_stats();
     l.add();
     l.wait_serving();
-    // ADD turned off forwarding of what arrives on net1, only.
+    // ADD turned off forwarding in the whole pod.
     let sysctl = |key: &str| {
         let out = l.pod.exec(&["sysctl", "-n", key]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     assert_eq!(sysctl("net.ipv4.conf.net1.forwarding"), "0");
-    assert_eq!(sysctl("net.ipv4.conf.eth0.forwarding"), "1");
+    assert_eq!(sysctl("net.ipv4.conf.eth0.forwarding"), "0");
     let cluster = Arc::new(Cluster::default());
     tcp_service(&l, svc(MQTT), "broker", cluster.clone());
     // More services in the cluster, and the node's own address.

@@ -5,6 +5,7 @@ use crate::addressing::{self, Assigned};
 use crate::config::{Config, Ipam, Mode};
 use crate::driver::{self, bridge, macvlan};
 use crate::error::{NetlinkContext, PluginError};
+use crate::node::NodePolicy;
 use crate::{lock, names};
 use edgelink_attachment::{nudge_daemon, Record, RecordInterface, RecordStore, RECORD_VERSION};
 use edgelink_cni_spec::{CniResult, Env, Interface};
@@ -22,6 +23,8 @@ struct Done {
     macvlan: macvlan::Created,
     host_veth: Option<String>,
     bridge_undo: Option<bridge::Undo>,
+    /// This ADD created the isGateway guard of its bridge.
+    guard: bool,
     ipam: bool,
     record: bool,
 }
@@ -38,6 +41,9 @@ fn debug_stall(point: &str) {
 pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
     let netns_path = env.netns.as_ref().expect("Env checks CNI_NETNS for ADD");
     tracing::debug!("ADD start");
+    // What this node lets a config name (uplinks, bridges), read before
+    // anything is touched.
+    let policy = NodePolicy::load(&cfg.state_dir)?;
     let pod_ns = Netns::open(netns_path)?;
     let mut node = Handle::new().ctx(|| "open netlink in the node namespace".into())?;
     let mut pod = pod_ns
@@ -56,7 +62,7 @@ pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
     driver::ensure_ifname_free(&mut pod, &env.ifname, &netns_path.display().to_string())?;
 
     let mut done = Done::default();
-    match add(cfg, env, &pod_ns, &mut node, &mut pod, &mut done) {
+    match add(cfg, env, &policy, &pod_ns, &mut node, &mut pod, &mut done) {
         Ok(v) => Ok(v),
         Err(e) => {
             tracing::warn!(error = %e, "ADD failed, rolling back");
@@ -69,6 +75,7 @@ pub fn run(cfg: &Config, env: &Env) -> Result<Value, PluginError> {
 fn add(
     cfg: &Config,
     env: &Env,
+    policy: &NodePolicy,
     pod_ns: &Netns,
     node: &mut Handle,
     pod: &mut Handle,
@@ -79,7 +86,7 @@ fn add(
         Mode::Bridge(b) => {
             let _guard = lock::lock(&cfg.state_dir, &format!("bridge-{}", b.name))?;
             let mut undo = bridge::Undo::default();
-            let prepared = bridge::prepare(node, b, cfg.mtu, &mut undo);
+            let prepared = bridge::prepare(node, b, cfg.mtu, &mut undo, policy);
             done.bridge_undo = Some(undo);
             let (br, mtu) = prepared?;
             done.host_veth = Some(names::host_veth(&env.container_id, &env.ifname));
@@ -88,7 +95,7 @@ fn add(
             (podl, vec![br, host])
         }
         Mode::Macvlan(m) => {
-            let uplink = macvlan::prepare(node, m, cfg.mtu)?;
+            let uplink = macvlan::prepare(node, m, cfg.mtu, policy)?;
             let l = macvlan::attach(
                 node,
                 pod,
@@ -129,7 +136,7 @@ fn add(
         answered
     };
     done.ipam = !matches!(cfg.ipam, Ipam::None);
-    let assigned: Assigned = addressing::add(cfg, env, &mut probe)?;
+    let assigned: Assigned = addressing::add(cfg, env, policy, &mut probe)?;
     tracing::debug!(?assigned, "addresses reserved");
     debug_stall("ipam");
     let own: Vec<IpNetwork> = assigned.ips.iter().map(|i| i.address).collect();
@@ -148,16 +155,14 @@ fn add(
         pod.ensure_route(&spec)
             .ctx(|| format!("add route {} via {:?} in the pod", r.dst, r.gw))?;
     }
-    // The pod must not route for the segment: a device that takes the
-    // pod's net1 address as its gateway would reach the whole cluster (a
-    // new netns copies the node's IPv4 forwarding, often on). Forwarding of
-    // what arrives on net1 is turned off, unless a forward takes the
-    // kernel path, which routes its replies and whose table drops every
-    // flow it did not DNAT itself. (IPv6 forwarding starts off in a new
-    // netns and is left alone.)
-    if !cfg.forwards.iter().any(|f| !f.path.is_relay()) {
-        pod_ns.run(|| crate::sysctl::ensure_ipv4_conf(&env.ifname, "forwarding", "0"))??;
-    }
+    // The pod must not route for the segment, in either direction: a device
+    // that takes net1's address as its gateway would reach the cluster, a
+    // cluster sender that routes the segment to the pod would reach any
+    // device (a new netns copies the node's IPv4 forwarding, often on).
+    // Forwarding is turned off in the whole pod, whatever path the forwards
+    // take: the kernel path turns it on only once its table, which drops
+    // every flow it did not DNAT, is in (edgelinkd).
+    pod_ns.run(|| crate::sysctl::ensure_no_forwarding(&env.ifname))??;
     if let Mode::Bridge(b) = &cfg.mode {
         if b.is_gateway {
             let gws: Vec<IpNetwork> = assigned
@@ -168,7 +173,8 @@ fn add(
                         .and_then(|g| IpNetwork::new(g, i.address.prefix()).ok())
                 })
                 .collect();
-            bridge::ensure_gateways(node, &host_side[0], &gws)?;
+            let _lock = lock::lock(&cfg.state_dir, &format!("bridge-{}", b.name))?;
+            done.guard = bridge::ensure_gateways(node, &host_side[0], &gws)?;
         }
         bridge::wait_forwarding(node, &host_side[1])?;
     }
@@ -292,6 +298,9 @@ fn rollback(cfg: &Config, env: &Env, node: &mut Handle, pod: &mut Handle, done: 
         let _guard = lock::lock(&cfg.state_dir, &format!("bridge-{}", b.name));
         for e in bridge::undo(node, b, undo) {
             tracing::error!(error = %e, "rollback: bridge");
+        }
+        if done.guard {
+            bridge::remove_guard(node, &b.name);
         }
     }
 }

@@ -32,7 +32,7 @@ fn base() -> Value {
 
 fn parse(v: &Value, args: &str) -> Result<Config, CniError> {
     let net = NetConf::parse(v.to_string().as_bytes())?;
-    Config::parse(net, &env(args)).map_err(|e| e.into_cni())
+    Config::parse_in(net, &env(args), "/tmp/elk-config-test".into()).map_err(|e| e.into_cni())
 }
 
 fn err(v: &Value) -> CniError {
@@ -169,6 +169,15 @@ fn delegated_ipam_and_scalar_checks() {
     let mut v = base();
     v["stateDir"] = json!("relative/dir");
     assert!(err(&v).msg.contains("stateDir"));
+    // Any directory but the node's (issue 20, item 1): code 7 naming both.
+    let mut v = base();
+    v["stateDir"] = json!("/tmp/elk-other");
+    let e = err(&v);
+    assert_eq!(e.code, 7);
+    assert!(
+        e.msg.contains("/tmp/elk-other") && e.msg.contains("/tmp/elk-config-test"),
+        "{e}"
+    );
     let mut v = base();
     v["type"] = json!("bridge");
     assert!(err(&v).msg.contains("type"));

@@ -6,6 +6,8 @@ use super::{check_mtu, require_uplink};
 use crate::config::BridgeConf;
 use crate::error::{NetlinkContext, PluginError};
 use crate::names;
+use crate::node::policy::OWN_BRIDGE_ALIAS;
+use crate::node::NodePolicy;
 use edgelink_cni_spec::{codes, CniError, Env};
 use edgelink_netlink::{BridgePortState, Handle, Link, LinkKind, NewLink, RouteSpec};
 use edgelink_netns::Netns;
@@ -65,11 +67,20 @@ pub fn prepare(
     conf: &BridgeConf,
     mtu: Option<u32>,
     undo: &mut Undo,
+    policy: &NodePolicy,
 ) -> Result<(Link, u32), PluginError> {
     let uplink = match &conf.uplink {
-        Some(name) => Some(require_uplink(node, name)?),
+        Some(name) => Some(require_uplink(node, name, policy)?),
         None => None,
     };
+    // An existing bridge must be one the node allows, before anything
+    // (the uplink's checks below included) looks at it.
+    if let Some(b) = node
+        .link_by_name(&conf.name)
+        .ctx(|| format!("look up bridge {}", conf.name))?
+    {
+        policy.check_bridge(&b.name, b.alias.as_deref())?;
+    }
     check_mtu(mtu, uplink.as_ref())?;
     if let Some(u) = &uplink {
         if let Some(master) = u.master {
@@ -110,12 +121,26 @@ pub fn prepare(
                         .ctx(|| format!("look up bridge {}", conf.name))?;
                     undo.created_bridge = Some(b.index);
                     undo.bridge = Some(b.index);
+                    // Marked as the plugin's own: later configs may name
+                    // it without the node policy listing it.
+                    node.set_alias(b.index, OWN_BRIDGE_ALIAS)
+                        .ctx(|| format!("mark bridge {} as the plugin's", conf.name))?;
+                    // Before it is up: no IPv6 link-local address on the
+                    // segment, through which a device would reach every node
+                    // service bound to [::]. Switching only needs no address
+                    // (isGateway turns IPv6 on again for an IPv6 gateway).
+                    crate::sysctl::ensure_ipv6_conf(&conf.name, "disable_ipv6", "1")?;
                     b
                 }
-                // Another ADD created it at the same moment.
-                Err(e) if e.is_exists() => node
-                    .require_link(&conf.name)
-                    .ctx(|| format!("look up bridge {}", conf.name))?,
+                // Created meanwhile by someone else than an ADD (ADDs
+                // hold the bridge's lock).
+                Err(e) if e.is_exists() => {
+                    let b = node
+                        .require_link(&conf.name)
+                        .ctx(|| format!("look up bridge {}", conf.name))?;
+                    policy.check_bridge(&b.name, b.alias.as_deref())?;
+                    b
+                }
                 Err(e) => return Err(e).ctx(|| format!("create bridge {}", conf.name)),
             }
         }
@@ -318,13 +343,25 @@ pub fn wait_forwarding(node: &mut Handle, host: &Link) -> Result<(), PluginError
     }
 }
 
-/// Put gateway addresses on the bridge (isGateway) and enable forwarding.
+/// Put gateway addresses on the bridge (isGateway) and enable forwarding,
+/// behind the bridge's node-side guard (crates/kernel-path's gateway
+/// table): the node routes nothing from the segment to elsewhere or back,
+/// and answers nothing new from the segment but ICMP. The guard goes in
+/// first. Returns whether this call created the guard's table.
 pub fn ensure_gateways(
     node: &mut Handle,
     bridge: &Link,
     gateways: &[IpNetwork],
-) -> Result<(), PluginError> {
+) -> Result<bool, PluginError> {
+    if gateways.is_empty() {
+        return Ok(false);
+    }
+    let created = ensure_guard(&bridge.name)?;
     for g in gateways {
+        if g.is_ipv6() {
+            // A bridge the plugin created has IPv6 off (no link-local).
+            crate::sysctl::ensure_ipv6_conf(&bridge.name, "disable_ipv6", "0")?;
+        }
         node.ensure_addr(bridge.index, g, true)
             .ctx(|| format!("add gateway {g} to bridge {}", bridge.name))?;
         if g.is_ipv4() {
@@ -333,7 +370,41 @@ pub fn ensure_gateways(
             crate::sysctl::ensure("net.ipv6.conf.all.forwarding", "1")?;
         }
     }
-    Ok(())
+    Ok(created)
+}
+
+/// nft as the node's runtime finds it (its PATH), for the guard.
+fn nft_options() -> edgelink_kernel_path::Options {
+    edgelink_kernel_path::Options::default()
+}
+
+fn ensure_guard(bridge: &str) -> Result<bool, PluginError> {
+    let node = edgelink_netns::Netns::current()?;
+    edgelink_kernel_path::ensure_gateway_guard(&node, bridge, &nft_options()).map_err(|e| {
+        PluginError::Cni(CniError::new(
+            codes::KERNEL,
+            format!(
+                "isGateway: cannot guard bridge {bridge:?} (nftables table {}; nft from the Debian package nftables must be on the runtime's PATH): {e}",
+                edgelink_kernel_path::gateway_table(bridge)
+            ),
+        ))
+    })
+}
+
+/// Remove the guard a failed ADD created, once its bridge is gone too.
+pub fn remove_guard(node: &mut Handle, bridge: &str) {
+    if matches!(node.link_by_name(bridge), Ok(Some(_))) {
+        return; // the bridge stays (another port joined): so does its guard
+    }
+    let r = edgelink_netns::Netns::current()
+        .map_err(|e| e.to_string())
+        .and_then(|ns| {
+            edgelink_kernel_path::remove_gateway_guard(&ns, bridge, &nft_options())
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = r {
+        tracing::error!(error = %e, "rollback: cannot remove the guard of bridge {bridge}");
+    }
 }
 
 /// Undo `prepare` after a failed ADD: every step it recorded, in reverse.

@@ -5,6 +5,7 @@ use super::{check_mtu, require_uplink};
 use crate::config::MacvlanConf;
 use crate::error::{NetlinkContext, PluginError};
 use crate::names;
+use crate::node::NodePolicy;
 use edgelink_cni_spec::{codes, CniError, Env};
 use edgelink_netlink::{Handle, Link, LinkKind, NewLink};
 use edgelink_netns::Netns;
@@ -35,8 +36,9 @@ pub fn prepare(
     node: &mut Handle,
     conf: &MacvlanConf,
     mtu: Option<u32>,
+    policy: &NodePolicy,
 ) -> Result<Link, PluginError> {
-    let uplink = require_uplink(node, &conf.uplink)?;
+    let uplink = require_uplink(node, &conf.uplink, policy)?;
     check_mtu(mtu, Some(&uplink))?;
     // A port of a bridge or bond cannot carry macvlans (the kernel answers
     // EBUSY): say which config is in the way instead.

@@ -6,12 +6,20 @@ pub mod bridge;
 pub mod macvlan;
 
 use crate::error::{NetlinkContext, PluginError};
+use crate::node::NodePolicy;
 use edgelink_attachment::RETIRED_ALIAS;
 use edgelink_cni_spec::{codes, CniError};
 use edgelink_netlink::{Handle, Link};
 
-/// The uplink named in the config, which must exist on the node.
-pub fn require_uplink(node: &mut Handle, name: &str) -> Result<Link, PluginError> {
+/// The uplink named in the config, which the node policy must allow (first:
+/// a config learns nothing about the node's other interfaces) and which
+/// must exist on the node.
+pub fn require_uplink(
+    node: &mut Handle,
+    name: &str,
+    policy: &NodePolicy,
+) -> Result<Link, PluginError> {
+    policy.check_uplink(name)?;
     node.link_by_name(name)
         .ctx(|| format!("look up uplink {name}"))?
         .ok_or_else(|| {

@@ -81,20 +81,27 @@ fn full_example_from_the_docs() {
 #[test]
 fn defaults_ipv4_ipv6_and_small_subnets() {
     let v = json!({"ranges": [
-        [{"subnet": "10.1.0.0/24"}],
-        [{"subnet": "2001:db8::/64"}],
-        [{"subnet": "10.2.0.0/31"}],
-        [{"subnet": "10.3.0.7/32"}]
+        [{"subnet": "10.1.0.0/24"}, {"subnet": "10.2.0.0/31"}, {"subnet": "10.3.0.7/32"}],
+        [{"subnet": "2001:db8::/64"}]
     ]});
     let cfg = IpamConfig::from_json(&v, "n").unwrap();
-    let r = |i: usize| &cfg.range_sets[i].ranges[0];
-    assert_eq!((r(0).start, r(0).end), (ip("10.1.0.1"), ip("10.1.0.254")));
+    let r = |i: usize, j: usize| &cfg.range_sets[i].ranges[j];
     assert_eq!(
-        (r(1).start, r(1).end),
+        (r(0, 0).start, r(0, 0).end),
+        (ip("10.1.0.1"), ip("10.1.0.254"))
+    );
+    assert_eq!(
+        (r(1, 0).start, r(1, 0).end),
         (ip("2001:db8::1"), ip("2001:db8::ffff:ffff:ffff:ffff"))
     );
-    assert_eq!((r(2).start, r(2).end), (ip("10.2.0.0"), ip("10.2.0.1")));
-    assert_eq!((r(3).start, r(3).end), (ip("10.3.0.7"), ip("10.3.0.7")));
+    assert_eq!(
+        (r(0, 1).start, r(0, 1).end),
+        (ip("10.2.0.0"), ip("10.2.0.1"))
+    );
+    assert_eq!(
+        (r(0, 2).start, r(0, 2).end),
+        (ip("10.3.0.7"), ip("10.3.0.7"))
+    );
     assert_eq!(
         cfg.probe,
         ProbeConfig {
@@ -145,23 +152,23 @@ fn range_for_and_subnets() {
 fn node_filtering_keeps_own_and_unlabelled_ranges() {
     let v = json!({"nodeName": "kedge1", "ranges": [
         [{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.100", "rangeEnd": "172.17.16.149", "node": "kedge1"},
-         {"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.150", "rangeEnd": "172.17.16.199", "node": "kedge2"}],
-        [{"subnet": "fd00:1::/64", "node": "kedge2"}],
-        [{"subnet": "10.7.0.0/24"}]
+         {"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.150", "rangeEnd": "172.17.16.199", "node": "kedge2"},
+         {"subnet": "10.7.0.0/24"}],
+        [{"subnet": "fd00:1::/64", "node": "kedge2"}]
     ]});
     assert_eq!(node_name_override(&v), Some("kedge1".to_string()));
     let cfg = IpamConfig::from_json(&v, "kedge1").unwrap();
     assert_eq!(
         cfg.range_sets.len(),
-        2,
+        1,
         "the IPv6 set only has kedge2's range"
     );
-    assert_eq!(cfg.range_sets[0].ranges.len(), 1);
+    assert_eq!(cfg.range_sets[0].ranges.len(), 2);
     assert_eq!(cfg.range_sets[0].ranges[0].start, ip("172.17.16.100"));
-    assert_eq!(cfg.range_sets[1].ranges[0].subnet, net("10.7.0.0/24"));
+    assert_eq!(cfg.range_sets[0].ranges[1].subnet, net("10.7.0.0/24"));
 
     let cfg2 = IpamConfig::from_json(&v, "kedge2").unwrap();
-    assert_eq!(cfg2.range_sets.len(), 3);
+    assert_eq!(cfg2.range_sets.len(), 2);
     assert_eq!(cfg2.range_sets[0].ranges[0].start, ip("172.17.16.150"));
 }
 
@@ -491,4 +498,32 @@ fn describe_shows_span_only_when_not_default() {
         cfg.range_sets[0].ranges[1].describe(),
         "10.0.1.5-10.0.1.254 (10.0.1.0/24)"
     );
+}
+
+#[test]
+fn one_range_set_per_family() {
+    // Issue 20, item 11: 20 one-address sets took 20 addresses for one pod.
+    let sets: Vec<_> = (1..=20)
+        .map(|i| json!([{"subnet": format!("10.0.0.{i}/32")}]))
+        .collect();
+    assert_err(
+        json!({ "ranges": sets }),
+        "ipam.ranges[1]",
+        &[
+            "second IPv4 range set",
+            "ipam.ranges[0]",
+            "one range set per address family",
+        ],
+    );
+    assert_err(
+        json!({"ranges": [[{"subnet": "fd00::/64"}], [{"subnet": "10.0.0.0/24"}], [{"subnet": "fd01::/64"}]]}),
+        "ipam.ranges[2]",
+        &["second IPv6 range set", "ipam.ranges[0]"],
+    );
+    // One of each family is fine (dual stack).
+    IpamConfig::from_json(
+        &json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}),
+        "n",
+    )
+    .unwrap();
 }

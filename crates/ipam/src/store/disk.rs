@@ -111,13 +111,43 @@ impl Layout {
     }
 }
 
-/// Create `dir` (and parents) with mode 0700 if missing.
+/// Create `dir` (and parents) with mode 0700 if missing. `dir` itself must
+/// then be a directory, not a symbolic link to one: the store never writes
+/// or removes files through a link that points elsewhere (issue 20,
+/// item 1).
 pub(crate) fn ensure_dir(dir: &Path) -> Result<(), IpamError> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| IpamError::io(dir, e))
+        .map_err(|e| IpamError::io(dir, e))?;
+    real_dir(dir)
+}
+
+/// `dir` is a directory, not a symbolic link.
+pub(crate) fn real_dir(dir: &Path) -> Result<(), IpamError> {
+    let meta = fs::symlink_metadata(dir).map_err(|e| IpamError::io(dir, e))?;
+    if meta.file_type().is_dir() {
+        return Ok(());
+    }
+    Err(IpamError::io(
+        dir,
+        std::io::Error::new(
+            ErrorKind::InvalidInput,
+            if meta.file_type().is_symlink() {
+                "is a symbolic link, not a directory of the store (refused)"
+            } else {
+                "is not a directory"
+            },
+        ),
+    ))
+}
+
+/// Open options that never follow a symbolic link in the last component.
+fn no_follow() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    o
 }
 
 /// A file name for the joined components: bytes other than ASCII letters,
@@ -171,7 +201,7 @@ fn temp_path(dir: &Path) -> PathBuf {
 fn write_temp(dir: &Path, bytes: &[u8]) -> Result<PathBuf, IpamError> {
     let tmp = temp_path(dir);
     let open = || {
-        OpenOptions::new()
+        no_follow()
             .write(true)
             .create_new(true)
             .mode(0o600)
@@ -209,8 +239,9 @@ pub(crate) fn write_atomic(dest: &Path, bytes: &[u8]) -> Result<(), IpamError> {
 /// under the store lock nobody reads it half-written, and after a crash a
 /// torn hint parses as nothing and is ignored (readers trim whitespace).
 pub(crate) fn write_hint(dest: &Path, bytes: &[u8]) -> Result<(), IpamError> {
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let f = fs::OpenOptions::new()
+    use std::os::unix::fs::FileExt;
+    // Never through a symbolic link (a hint is written in place).
+    let f = no_follow()
         .write(true)
         .create(true)
         .truncate(false)
@@ -276,16 +307,30 @@ pub(crate) enum Read<T> {
 }
 
 /// Read and parse a JSON record.
+/// A symbolic link is not followed: it reads as unparsable (GC then
+/// removes the link itself, never what it points to).
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Read<T>, IpamError> {
-    match fs::read(path) {
+    match read_no_follow(path) {
         Ok(bytes) => Ok(match serde_json::from_slice(&bytes) {
             Ok(v) => Read::Found(v),
             Err(e) if bytes.is_empty() => Read::Unparsable(format!("empty file ({e})")),
             Err(e) => Read::Unparsable(e.to_string()),
         }),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(Read::Missing),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            Ok(Read::Unparsable("a symbolic link (not followed)".into()))
+        }
         Err(e) => Err(IpamError::io(path, e)),
     }
+}
+
+/// The whole file, opened without following a symbolic link.
+fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut f = no_follow().read(true).open(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Serialize a record; our record types cannot fail to serialize.
@@ -307,7 +352,8 @@ pub(crate) fn exists(path: &Path) -> Result<bool, IpamError> {
 
 /// Read a round-robin cursor; missing or unparsable = none.
 pub(crate) fn read_cursor(path: &Path) -> Option<IpAddr> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
+    let bytes = read_no_follow(path).ok()?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
 }
 
 /// The current time as RFC 3339 UTC, second precision.

@@ -27,6 +27,15 @@ pub enum IpamError {
     #[error("requested address {ip} is not allocatable here: it is outside every range of this node, a network, broadcast, gateway or excluded address, or a second address for one range set")]
     RequestedOutOfRange { ip: IpAddr },
 
+    /// The store belongs to another namespace: a pod of it holds addresses
+    /// there (the network name is taken on this node).
+    #[error("network {network:?}: this node's IPAM store of that name belongs to namespace {owner:?}, whose pods hold addresses in it; a pod of namespace {namespace:?} may not take addresses from it (use another network name, or let the node share it: sharedNetworks of the node policy)")]
+    NotOwner {
+        network: String,
+        owner: String,
+        namespace: String,
+    },
+
     /// The store lock could not be taken in time (another operation holds it).
     #[error("could not lock {} within {waited:?}: another IPAM operation holds it", path.display())]
     LockTimeout { path: PathBuf, waited: Duration },

@@ -5,6 +5,7 @@ fn plan() -> Plan {
     Plan {
         table: "edgelink".into(),
         private_ifname: "net1".into(),
+        cluster_ifname: None,
         forwards: vec![
             KernelForward {
                 name: "api".into(),

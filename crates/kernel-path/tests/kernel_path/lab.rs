@@ -85,7 +85,7 @@ pub struct Ns {
 }
 
 impl Ns {
-    fn new(role: &str) -> Ns {
+    pub fn new(role: &str) -> Ns {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let name = format!("elkk-{role}-{}-{n}", std::process::id());
         let _ = Command::new("ip").args(["netns", "del", &name]).output();

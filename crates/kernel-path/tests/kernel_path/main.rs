@@ -5,6 +5,7 @@
 mod datapath;
 mod lab;
 mod lifecycle;
+mod review3;
 mod security;
 mod settings;
 
@@ -25,6 +26,7 @@ pub fn full_plan() -> Plan {
     Plan {
         table: TABLE.into(),
         private_ifname: "net1".into(),
+        cluster_ifname: Some("eth0".into()),
         forwards: vec![
             fwd("api", Protocol::Tcp, 8080, DEVICE, TCP_ECHO),
             fwd("dns", Protocol::Udp, 5353, DEVICE, UDP_ECHO),

@@ -1,7 +1,8 @@
 //! The running operator (only the binary uses these): the controller, the
-//! reports edgelinkd posts, leader election, the HTTP endpoint and the
+//! reports edgelinkd posts and who sent them, leader election, the HTTP endpoint and the
 //! Services reverse entries name.
 
+pub mod auth;
 pub mod controller;
 pub mod leader;
 pub mod make;

@@ -15,8 +15,11 @@
 //! Half-close: end of file from one side is passed on, after the pipe is
 //! drained, as shutdown(SHUT_WR) of the other; the other direction carries
 //! on until it ends too. An error on either side (a reset, EPIPE, ...) ends
-//! both: the two sockets are closed with SO_LINGER 0, so each peer sees a
-//! reset rather than a clean end of file.
+//! both: what the relay already took in is passed on as far as the other
+//! peer takes it at once, then the two sockets are closed with SO_LINGER
+//! 0, so each peer sees a reset rather than a clean end of file; a
+//! direction waiting for its destination watches its source for a reset
+//! meanwhile (see `failure`).
 //!
 //! Where the kernel refuses splice (EINVAL, ENOSYS), the bytes already in
 //! the pipe are first read out and delivered, then that direction goes on
@@ -46,12 +49,15 @@
 //! timer per connection, which is moved on lazily when it fires early.
 
 mod bounds;
+mod copy;
+mod failure;
 
 pub use bounds::{keepalive_params, KEEPALIVE_PROBES};
 
 use crate::counters::Counters;
 use crate::pipe::{ParkedPipe, Pipe, PipePool};
 use bounds::Activity;
+use copy::Burst;
 use nix::fcntl::SpliceFFlags;
 use socket2::SockRef;
 use std::io;
@@ -276,9 +282,9 @@ pub async fn resume_tcp(
     if let Err(e) = set {
         return fail(&client, &upstream, e);
     }
-    let (client, upstream) = match (TcpStream::from_std(client), TcpStream::from_std(upstream)) {
-        (Ok(c), Ok(u)) => (c, u),
-        (Err(e), _) | (_, Err(e)) => return Relayed::Ended(Err(e)),
+    let (client, upstream) = match failure::from_std(client, upstream) {
+        Ok(both) => both,
+        Err(e) => return Relayed::Ended(Err(e)),
     };
     if let Err(e) = prepare(&client, &upstream, cfg) {
         return Relayed::Ended(Err(e));
@@ -330,16 +336,26 @@ struct Start<'p> {
     done: bool,
 }
 
-/// How a direction stopped without an error.
+/// How a direction stopped without an error of its own making.
 enum DirEnd<'p> {
     Done,
-    Parked { pipe: Option<Pipe<'p>>, eof: bool },
+    Parked {
+        pipe: Option<Pipe<'p>>,
+        eof: bool,
+    },
+    /// The source failed: the bytes in the pipe are still to be delivered
+    /// (see `failure`).
+    Failed {
+        pipe: Option<Pipe<'p>>,
+        error: io::Error,
+    },
 }
 
 impl DirEnd<'_> {
     fn park(self) -> ParkedDirection {
         match self {
-            DirEnd::Done => ParkedDirection {
+            // A failed direction is never parked (see `run`).
+            DirEnd::Done | DirEnd::Failed { .. } => ParkedDirection {
                 pipe: None,
                 eof: true,
                 done: true,
@@ -367,6 +383,10 @@ async fn run<'p>(
     // of file to close(2), which follows at once, instead of a shutdown.
     let ended = AtomicBool::new(starts.iter().any(|s| s.done));
     let [start_target, start_client] = starts;
+    // The directions' park: cancelled by a park, or by the failure of
+    // either direction, which makes the other give back what it holds.
+    let stop = park.child_token();
+    let park = &stop;
 
     let to_target = Direction {
         src: &client,
@@ -390,44 +410,69 @@ async fn run<'p>(
         cfg,
         park,
     };
-    let relay =
-        async { tokio::try_join!(to_target.run(start_target), to_client.run(start_client)) };
-    let result = match cfg.idle_timeout {
-        None => relay.await,
-        Some(timeout) => tokio::select! {
-            biased;
-            r = relay => r,
-            () = activity.idle_for(timeout) => {
-                Counters::inc(&counters.idle_timeouts);
-                tracing::debug!(?timeout, "connection idle: reset");
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no byte moved either way for {timeout:?}"),
-                ))
-            }
-        },
+    let outcome = {
+        // Pinned once: moved into either branch, it would take its room
+        // twice in this future.
+        let a = to_target.run(start_target);
+        let b = to_client.run(start_client);
+        tokio::pin!(a, b);
+        let relay = failure::both(a, b, park);
+        tokio::pin!(relay);
+        match cfg.idle_timeout {
+            None => Some(relay.await),
+            Some(timeout) => tokio::select! {
+                biased;
+                r = &mut relay => Some(r),
+                () = activity.idle_for(timeout) => {
+                    Counters::inc(&counters.idle_timeouts);
+                    tracing::debug!(?timeout, "connection idle: reset");
+                    None
+                }
+            },
+        }
     };
-    match result {
-        Ok((DirEnd::Done, DirEnd::Done)) => Relayed::Ended(Ok(())),
-        Ok((a, b)) => {
+    let Some((a, b)) = outcome else {
+        reset(&client);
+        reset(&upstream);
+        return Relayed::Ended(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "no byte moved either way for {:?}",
+                cfg.idle_timeout.unwrap_or_default()
+            ),
+        )));
+    };
+    if failure::failed(&a) || failure::failed(&b) {
+        let e = failure::end([(&to_target, a), (&to_client, b)], &client, &upstream);
+        return Relayed::Ended(Err(e));
+    }
+    conclude(a, b, client, upstream)
+}
+
+/// How a relay whose directions both stopped without a failure ends:
+/// closed, or parked.
+fn conclude(
+    a: io::Result<DirEnd<'_>>,
+    b: io::Result<DirEnd<'_>>,
+    client: TcpStream,
+    upstream: TcpStream,
+) -> Relayed {
+    match (a, b) {
+        (Ok(DirEnd::Done), Ok(DirEnd::Done)) => Relayed::Ended(Ok(())),
+        (Ok(a), Ok(b)) => {
             let (to_target, to_client) = (a.park(), b.park());
-            match (client.into_std(), upstream.into_std()) {
-                (Ok(client), Ok(upstream)) => Relayed::Parked(ParkedTcp {
+            match failure::into_std(client, upstream) {
+                Ok((client, upstream)) => Relayed::Parked(ParkedTcp {
                     client,
                     upstream,
                     to_target,
                     to_client,
                 }),
-                (Err(e), _) | (_, Err(e)) => Relayed::Ended(Err(e)),
+                Err(e) => Relayed::Ended(Err(e)),
             }
         }
-        Err(e) => {
-            // The failed direction's pipe (and its bytes) is gone already;
-            // make both peers see a reset.
-            reset(&client);
-            reset(&upstream);
-            Relayed::Ended(Err(e))
-        }
+        // Failures are the caller's (`failure::end`).
+        (Err(e), _) | (_, Err(e)) => Relayed::Ended(Err(e)),
     }
 }
 
@@ -447,7 +492,8 @@ struct Direction<'a, 'p> {
     ended: &'a AtomicBool,
     activity: &'a Activity,
     cfg: &'a TcpRelayConfig,
-    /// Cancelled: stop at the next wait and give the state back.
+    /// Cancelled: stop at the next wait and give the state back (a park,
+    /// or the other direction failed).
     park: &'a CancellationToken,
 }
 
@@ -459,6 +505,11 @@ enum Spliced<'p> {
     Parked { pipe: Option<Pipe<'p>>, eof: bool },
     /// Splice refused; go on with a copy. The pipe may hold bytes.
     Refused { pipe: Option<Pipe<'p>>, eof: bool },
+    /// The source failed; the pipe may hold bytes.
+    Failed {
+        pipe: Option<Pipe<'p>>,
+        error: io::Error,
+    },
 }
 
 /// What one splice into the pipe did.
@@ -552,13 +603,14 @@ fn past_mark(src: &TcpStream, pipe: &mut Pipe<'_>, want: usize) -> io::Result<Op
 }
 
 impl<'a, 'p> Direction<'a, 'p> {
-    async fn run(self, start: Start<'p>) -> io::Result<DirEnd<'p>> {
+    async fn run(&self, start: Start<'p>) -> io::Result<DirEnd<'p>> {
         if start.done {
             return Ok(DirEnd::Done);
         }
         match self.splice(start.pipe, start.eof).await? {
             Spliced::Done => Ok(DirEnd::Done),
             Spliced::Parked { pipe, eof } => Ok(DirEnd::Parked { pipe, eof }),
+            Spliced::Failed { pipe, error } => Ok(DirEnd::Failed { pipe, error }),
             Spliced::Refused { pipe, eof } => {
                 Counters::inc(self.fallbacks);
                 tracing::debug!("splice refused, copying instead");
@@ -691,7 +743,14 @@ impl<'a, 'p> Direction<'a, 'p> {
                         // a pipe again (docs/reliability.md, item 34).
                         Err(e) if no_room_for_a_pipe(&e) => {
                             tracing::debug!(error = %e, "no pipe to splice through: copying a burst");
-                            eof = self.copy_burst().await?;
+                            match self.copy_burst()? {
+                                Burst::More => {}
+                                Burst::Eof => eof = true,
+                                Burst::Blocked => match self.writable().await {
+                                    Some(r) => r?,
+                                    None => return Ok(Spliced::Parked { pipe, eof }),
+                                },
+                            }
                             continue;
                         }
                         Err(e) => return Err(e),
@@ -722,7 +781,7 @@ impl<'a, 'p> Direction<'a, 'p> {
                         Err(e) if splice_refused(&e) => {
                             return Ok(Spliced::Refused { pipe, eof });
                         }
-                        Err(e) => return Err(e),
+                        Err(error) => return Ok(Spliced::Failed { pipe, error }),
                     }
                 }
             }
@@ -748,7 +807,7 @@ impl<'a, 'p> Direction<'a, 'p> {
                         Err(e) if would_block(&e) => {
                             // Backpressure: wait for the destination only;
                             // the source is not read meanwhile.
-                            match self.unless_parked(self.dst.writable()).await {
+                            match self.writable().await {
                                 Some(r) => r?,
                                 None => return Ok(Spliced::Parked { pipe, eof }),
                             }
@@ -780,37 +839,6 @@ impl<'a, 'p> Direction<'a, 'p> {
         }
     }
 
-    /// Copy what the source has now (a few reads at most) to the
-    /// destination through a small buffer dropped at the end, for when no
-    /// pipe could be had: unlike [`Direction::copy`], the direction goes
-    /// back to splicing afterwards and keeps no buffer while idle. Returns
-    /// whether the source reached its end of file.
-    async fn copy_burst(&self) -> io::Result<bool> {
-        Counters::inc(self.fallbacks);
-        let mut buf = vec![0u8; BURST_BUFFER_SIZE];
-        for _ in 0..BURST_READS {
-            let n = match self.src.try_read(&mut buf) {
-                Ok(0) => return Ok(true),
-                Ok(n) => n,
-                Err(e) if would_block(&e) => return Ok(false),
-                Err(e) => return Err(e),
-            };
-            let mut off = 0;
-            while off < n {
-                match self.dst.try_write(&buf[off..n]) {
-                    Ok(m) => {
-                        off += m;
-                        Counters::add(self.bytes, m as u64);
-                        self.activity.touch();
-                    }
-                    Err(e) if would_block(&e) => self.dst.writable().await?,
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        Ok(false)
-    }
-
     /// Wait until the source has bytes, in bulk mode (see
     /// [`TcpRelayConfig::bulk_lowat`]) for `bulk_lowat` of them. `taken` is
     /// what the last wakeup moved; `lowat` the socket's current setting.
@@ -835,94 +863,5 @@ impl<'a, 'p> Direction<'a, 'p> {
                 self.src.readable().await
             }
         }
-    }
-
-    /// The fallback: deliver what is left in the pipe, then copy through a
-    /// buffer of [`COPY_BUFFER_SIZE`] bytes. Parked, the bytes of the
-    /// buffer go back into a pipe, ahead of those still in the old one.
-    async fn copy(&self, mut pipe: Option<Pipe<'p>>, mut eof: bool) -> io::Result<DirEnd<'p>> {
-        let mut buf = vec![0u8; COPY_BUFFER_SIZE].into_boxed_slice();
-        let (mut start, mut end) = (0usize, 0usize);
-        let mut budget = YIELD_EVERY;
-        loop {
-            if start == end {
-                start = 0;
-                end = 0;
-                match pipe.as_mut() {
-                    // The pipe is non-blocking and holds bytes: this read
-                    // cannot block.
-                    Some(p) if !p.is_empty() => end = p.read_into(&mut buf)?,
-                    _ => {
-                        // Empty: back to the pool.
-                        pipe = None;
-                        if eof {
-                            self.pass_eof()?;
-                            return Ok(DirEnd::Done);
-                        }
-                        match self.src.try_read(&mut buf) {
-                            Ok(0) => eof = true,
-                            Ok(n) => end = n,
-                            Err(e) if would_block(&e) => {
-                                match self.unless_parked(self.src.readable()).await {
-                                    Some(r) => r?,
-                                    None => return Ok(DirEnd::Parked { pipe, eof }),
-                                }
-                            }
-                            Err(e) => return Err(e),
-                        }
-                        continue;
-                    }
-                }
-            }
-            match self.dst.try_write(&buf[start..end]) {
-                Ok(n) => {
-                    start += n;
-                    Counters::add(self.bytes, n as u64);
-                    self.activity.touch();
-                }
-                Err(e) if would_block(&e) => {
-                    match self.unless_parked(self.dst.writable()).await {
-                        Some(r) => r?,
-                        None => {
-                            let pipe = self.rescue(&buf[start..end], pipe)?;
-                            return Ok(DirEnd::Parked { pipe, eof });
-                        }
-                    }
-                    budget = YIELD_EVERY;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-            budget -= 1;
-            if budget == 0 {
-                budget = YIELD_EVERY;
-                tokio::task::yield_now().await;
-                if self.park.is_cancelled() {
-                    let pipe = self.rescue(&buf[start..end], pipe)?;
-                    return Ok(DirEnd::Parked { pipe, eof });
-                }
-            }
-        }
-    }
-
-    /// The bytes a copying direction holds, `buffered` then those left in
-    /// `pipe`, in one pipe, in that order. Fails (and the connection is
-    /// reset) if they do not fit one pipe.
-    fn rescue(&self, buffered: &[u8], pipe: Option<Pipe<'p>>) -> io::Result<Option<Pipe<'p>>> {
-        if buffered.is_empty() {
-            return Ok(pipe);
-        }
-        let mut fresh = self.pool.acquire()?;
-        let mut at = 0;
-        while at < buffered.len() {
-            match fresh.write_from(&buffered[at..])? {
-                0 => return Err(io::ErrorKind::WriteZero.into()),
-                n => at += n,
-            }
-        }
-        if let Some(mut old) = pipe {
-            fresh.append(&mut old)?;
-        }
-        Ok(Some(fresh))
     }
 }

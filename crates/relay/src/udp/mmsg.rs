@@ -5,6 +5,16 @@
 //! stack for the length of one call and never kept: the reusable state
 //! ([`RecvBatch`]) holds no pointer and can live in a task across awaits.
 //! (nix's `MultiHeaders` keeps pointers, so it could not.)
+//!
+//! Each datagram of a batch is received into a [`SLOT_SIZE`] slot on the
+//! heap, and what goes beyond it into that datagram's slot of a [`Spill`]
+//! mapping (two iovecs per message), up to [`DATAGRAM_MAX`] in all: the
+//! kernel never truncates a UDP datagram, and a short one touches no spill
+//! page. A long one is made whole in its spill slot (its first
+//! [`SLOT_SIZE`] bytes copied in front) and the pages are given back by
+//! [`RecvBatch::release`] once the batch was passed on.
+
+mod spill;
 
 use socket2::SockAddr;
 use std::io::{self, IoSlice};
@@ -13,9 +23,14 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr;
 
-/// Largest datagram relayed; longer ones are truncated by the kernel, and
-/// then dropped and counted.
-pub(crate) const DATAGRAM_SIZE: usize = 2048;
+use spill::Spill;
+
+/// The heap slot of each datagram of a batch: enough for the common ones
+/// (up to an Ethernet MTU), the rest spills (see the module's
+/// documentation).
+pub(crate) const SLOT_SIZE: usize = 2048;
+/// Largest datagram received whole: more than UDP can carry.
+pub(crate) const DATAGRAM_MAX: usize = spill::STRIDE;
 /// Most datagrams moved by one call.
 pub(crate) const MAX_BATCH: usize = 64;
 /// Room for an IP_PKTINFO or IPV6_PKTINFO control message (32 or 40 bytes)
@@ -39,19 +54,25 @@ pub(crate) enum Local {
 /// What is known of one received datagram.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Meta {
-    /// Bytes in the buffer (at most [`DATAGRAM_SIZE`]).
+    /// Bytes of the datagram (at most [`DATAGRAM_MAX`]).
     pub len: usize,
     pub peer: Option<SocketAddr>,
     /// The interface it came in through (IP_PKTINFO / IPV6_PKTINFO).
     pub ifindex: Option<u32>,
     pub local: Option<Local>,
-    /// The datagram was longer than the buffer.
+    /// The datagram was longer than the buffer (only without a spill
+    /// mapping: then the buffer is [`SLOT_SIZE`]).
     pub truncated: bool,
 }
 
 /// Buffers for one batch of received datagrams.
 pub(crate) struct RecvBatch {
     data: Box<[u8]>,
+    /// None if it could not be mapped: datagrams over [`SLOT_SIZE`] are
+    /// then truncated (and dropped by the relay).
+    spill: Option<Spill>,
+    /// First and last slot that spilled since the last release.
+    spilled: Option<(usize, usize)>,
     names: Box<[libc::sockaddr_storage]>,
     cmsgs: Box<[CmsgBuf]>,
     meta: Box<[Meta]>,
@@ -64,8 +85,15 @@ impl RecvBatch {
         // SAFETY: sockaddr_storage is a plain C struct of integers, for
         // which all-zero bytes are a valid value.
         let zero: libc::sockaddr_storage = unsafe { mem::zeroed() };
+        let spill = Spill::new(capacity)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "no mapping for UDP datagrams over {SLOT_SIZE} bytes: they will be dropped");
+            })
+            .ok();
         RecvBatch {
-            data: vec![0u8; capacity * DATAGRAM_SIZE].into_boxed_slice(),
+            data: vec![0u8; capacity * SLOT_SIZE].into_boxed_slice(),
+            spill,
+            spilled: None,
             names: vec![zero; capacity].into_boxed_slice(),
             cmsgs: vec![CmsgBuf([0; CMSG_SIZE]); capacity].into_boxed_slice(),
             meta: vec![Meta::default(); capacity].into_boxed_slice(),
@@ -78,8 +106,23 @@ impl RecvBatch {
 
     /// Datagram `i` of the last [`recv_batch`].
     pub(crate) fn datagram(&self, i: usize) -> &[u8] {
-        let start = i * DATAGRAM_SIZE;
-        &self.data[start..start + self.meta[i].len]
+        let len = self.meta[i].len;
+        match &self.spill {
+            Some(spill) if len > SLOT_SIZE => &spill.slot(i)[..len],
+            _ => {
+                let start = i * SLOT_SIZE;
+                &self.data[start..start + len.min(SLOT_SIZE)]
+            }
+        }
+    }
+
+    /// Give back the pages that long datagrams of the last batches took
+    /// (nothing to do, and no syscall, if there was none). Call it once the
+    /// batch was passed on.
+    pub(crate) fn release(&mut self) {
+        if let (Some(spill), Some((first, last))) = (self.spill.as_mut(), self.spilled.take()) {
+            spill.release(first, last);
+        }
     }
 
     pub(crate) fn meta(&self, i: usize) -> &Meta {
@@ -95,36 +138,45 @@ pub(crate) fn recv_batch(
     max: usize,
 ) -> io::Result<usize> {
     let n = max.clamp(1, batch.capacity());
+    // Two per message: its slot, then its spill slot (past the bytes the
+    // slot's copy will take when the datagram is made whole).
     let mut iovs = [libc::iovec {
         iov_base: ptr::null_mut(),
         iov_len: 0,
-    }; MAX_BATCH];
+    }; 2 * MAX_BATCH];
     // SAFETY: mmsghdr is a plain C struct for which all-zero bytes (null
     // pointers, zero lengths and flags) are a valid value.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
     let iov_base = iovs.as_mut_ptr();
     let names = batch.names.as_mut_ptr();
     let cmsgs = batch.cmsgs.as_mut_ptr();
-    for (i, (iov, chunk)) in iovs
-        .iter_mut()
-        .zip(batch.data.chunks_exact_mut(DATAGRAM_SIZE))
-        .take(n)
-        .enumerate()
-    {
-        iov.iov_base = chunk.as_mut_ptr().cast();
-        iov.iov_len = chunk.len();
+    let mut spill = batch.spill.as_mut();
+    for (i, chunk) in batch.data.chunks_exact_mut(SLOT_SIZE).take(n).enumerate() {
+        iovs[2 * i] = libc::iovec {
+            iov_base: chunk.as_mut_ptr().cast(),
+            iov_len: chunk.len(),
+        };
+        let mut count = 1;
+        if let Some(spill) = spill.as_mut().filter(|s| i < s.slots()) {
+            iovs[2 * i + 1] = libc::iovec {
+                iov_base: spill.slot_ptr(i).wrapping_add(SLOT_SIZE).cast(),
+                iov_len: spill::STRIDE - SLOT_SIZE,
+            };
+            count = 2;
+        }
         let h = &mut hdrs[i].msg_hdr;
         h.msg_name = names.wrapping_add(i).cast();
         h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        h.msg_iov = iov_base.wrapping_add(i);
-        h.msg_iovlen = 1;
+        h.msg_iov = iov_base.wrapping_add(2 * i);
+        h.msg_iovlen = count as _;
         h.msg_control = cmsgs.wrapping_add(i).cast();
         h.msg_controllen = CMSG_SIZE as _;
     }
     // SAFETY: the first `n` headers point to live buffers of the lengths
-    // they give (one iovec into `data`, one `sockaddr_storage`, one
-    // control buffer each), which nothing else touches until the call
-    // returns; `n` is at most the number of headers.
+    // they give (one or two iovecs: into `data` and into the spill
+    // mapping, one `sockaddr_storage`, one control buffer each), which
+    // nothing else touches until the call returns; `n` is at most the
+    // number of headers.
     let got = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -138,16 +190,30 @@ pub(crate) fn recv_batch(
         return Err(io::Error::last_os_error());
     }
     let got = got as usize;
+    let room = if batch.spill.is_some() {
+        DATAGRAM_MAX
+    } else {
+        SLOT_SIZE
+    };
     for (i, h) in hdrs.iter().take(got).enumerate() {
         let len = h.msg_len as usize;
         let (ifindex, local) = pktinfo(&h.msg_hdr);
         batch.meta[i] = Meta {
-            len: len.min(DATAGRAM_SIZE),
+            len: len.min(room),
             peer: socket_addr(&batch.names[i], h.msg_hdr.msg_namelen),
             ifindex,
             local,
-            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > DATAGRAM_SIZE,
+            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > room,
         };
+        if let Some(spill) = batch.spill.as_mut().filter(|_| len > SLOT_SIZE) {
+            // Whole in its spill slot: the head in front of the tail.
+            let head = &batch.data[i * SLOT_SIZE..(i + 1) * SLOT_SIZE];
+            spill.slot_mut(i)[..SLOT_SIZE].copy_from_slice(head);
+            batch.spilled = Some(match batch.spilled {
+                Some((first, last)) => (first.min(i), last.max(i)),
+                None => (i, i),
+            });
+        }
     }
     Ok(got)
 }
@@ -189,25 +255,15 @@ pub(crate) fn send_batch(
     let mut i = 0;
     while i < n {
         let len = msgs[i].len();
-        let mut j = i + 1;
-        if gso && len > 0 {
-            let limit = (GSO_MAX_BYTES / len).min(GSO_MAX_SEGMENTS);
-            while j < n && j - i < limit && msgs[j].len() == len {
-                j += 1;
-            }
-            // Only the last segment may be shorter.
-            if j < n && j - i < limit && (1..len).contains(&msgs[j].len()) {
-                j += 1;
-            }
-        }
-        let count = j - i;
+        let count = first_run(&msgs[i..n], gso);
+        let j = i + count;
         let buf = &mut cmsgs[groups];
         let mut controllen = 0;
         if let Some(local) = from {
             controllen += encode_pktinfo(buf, controllen, local);
         }
         if count > 1 {
-            // `len` is at most GSO_MAX_BYTES / 2 here.
+            // `len` is at most SLOT_SIZE here.
             controllen += encode_cmsg(
                 buf,
                 controllen,
@@ -247,6 +303,31 @@ pub(crate) fn send_batch(
         return Err(io::Error::last_os_error());
     }
     Ok(counts[..sent as usize].iter().sum())
+}
+
+/// How many datagrams at the start of `msgs` [`send_batch`] sends as one
+/// message: with `gso`, a run of one size (and a shorter last one) of at
+/// most [`SLOT_SIZE`] bytes each; else 1. A longer datagram goes alone:
+/// beyond any common MTU, a UDP_SEGMENT of it would only be refused, and
+/// turn GSO off for the datagrams it suits.
+pub(crate) fn first_run(msgs: &[IoSlice<'_>], gso: bool) -> usize {
+    let n = msgs.len().min(MAX_BATCH);
+    let Some(len) = msgs.first().map(|m| m.len()) else {
+        return 0;
+    };
+    if !gso || len == 0 || len > SLOT_SIZE {
+        return 1;
+    }
+    let limit = (GSO_MAX_BYTES / len).min(GSO_MAX_SEGMENTS);
+    let mut j = 1;
+    while j < n && j < limit && msgs[j].len() == len {
+        j += 1;
+    }
+    // Only the last segment may be shorter.
+    if j < n && j < limit && (1..len).contains(&msgs[j].len()) {
+        j += 1;
+    }
+    j
 }
 
 /// Whether a failed [`send_batch`] with `gso` may have failed for the
@@ -412,204 +493,4 @@ fn socket_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use std::net::UdpSocket;
-    use std::os::fd::AsFd;
-
-    /// `recv_from` on a socket with SO_RCVTIMEO, again after an EINTR (a
-    /// stop and continue of the test process makes one, signal(7)).
-    pub(crate) fn recv_from(rx: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        loop {
-            match rx.recv_from(buf) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => return r,
-            }
-        }
-    }
-
-    #[test]
-    fn batches_round_trip_with_pktinfo() {
-        let rx = UdpSocket::bind("0.0.0.0:0").unwrap();
-        nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::Ipv4PacketInfo, &true)
-            .unwrap();
-        let port = rx.local_addr().unwrap().port();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let to: SockAddr = SocketAddr::from(([127, 0, 0, 3], port)).into();
-        let payloads: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 100 + i as usize]).collect();
-        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
-        assert_eq!(
-            send_batch(tx.as_fd(), &slices, Some(&to), None, false).unwrap(),
-            5
-        );
-
-        let mut batch = RecvBatch::new(8);
-        let mut got = 0;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while got < 5 && std::time::Instant::now() < deadline {
-            match recv_batch(rx.as_fd(), &mut batch, 8) {
-                Ok(n) => {
-                    for i in 0..n {
-                        assert_eq!(batch.datagram(i), &payloads[got][..]);
-                        let m = batch.meta(i);
-                        assert_eq!(m.peer, Some(tx.local_addr().unwrap()));
-                        assert_eq!(m.local, Some(Local::V4(Ipv4Addr::new(127, 0, 0, 3))));
-                        assert!(m.ifindex.is_some_and(|i| i > 0));
-                        assert!(!m.truncated);
-                        got += 1;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(std::time::Duration::from_millis(1))
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-        assert_eq!(got, 5);
-
-        // Answer from the address it was sent to.
-        let answer = [IoSlice::new(b"pong")];
-        let back: SockAddr = tx.local_addr().unwrap().into();
-        let from = batch.meta(0).local;
-        assert_eq!(
-            send_batch(rx.as_fd(), &answer, Some(&back), from, false).unwrap(),
-            1
-        );
-        tx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
-        let mut buf = [0u8; 16];
-        let (n, src) = recv_from(&tx, &mut buf).unwrap();
-        assert_eq!(&buf[..n], b"pong");
-        assert_eq!(src, SocketAddr::from(([127, 0, 0, 3], port)));
-    }
-
-    #[test]
-    fn flags_truncated_datagrams() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.send_to(&[1u8; DATAGRAM_SIZE + 1], rx.local_addr().unwrap())
-            .unwrap();
-        rx.set_nonblocking(true).unwrap();
-        let mut batch = RecvBatch::new(2);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            match recv_batch(rx.as_fd(), &mut batch, 2) {
-                Ok(n) => {
-                    assert_eq!(n, 1);
-                    assert!(batch.meta(0).truncated);
-                    break;
-                }
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(1))
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-    }
-
-    /// Receive `n` datagrams from `rx` (blocking socket with a timeout).
-    fn receive(rx: &UdpSocket, n: usize) -> Vec<(Vec<u8>, SocketAddr)> {
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
-        let mut buf = vec![0u8; 65536];
-        (0..n)
-            .map(|i| {
-                let (len, from) =
-                    recv_from(rx, &mut buf).unwrap_or_else(|e| panic!("datagram {i} of {n}: {e}"));
-                (buf[..len].to_vec(), from)
-            })
-            .collect()
-    }
-
-    /// Sizes that exercise the grouping: runs of one size, a shorter last
-    /// one, a longer one right after, empty datagrams, a run longer than
-    /// fits one 64 KiB message.
-    fn mixed_payloads() -> Vec<Vec<u8>> {
-        let mut sizes = vec![1000; 5];
-        sizes.extend([300, 1000, 1000, 1400, 0, 0, 7]);
-        sizes.extend(vec![1400; 50]);
-        sizes.push(10);
-        (0..sizes.len())
-            .map(|i| (0..sizes[i]).map(|j| (i * 7 + j) as u8).collect())
-            .collect()
-    }
-
-    #[test]
-    fn gso_keeps_every_datagram_and_its_boundaries() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.connect(rx.local_addr().unwrap()).unwrap();
-        let payloads = mixed_payloads();
-        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
-        let mut sent = 0;
-        while sent < slices.len() {
-            sent += send_batch(tx.as_fd(), &slices[sent..], None, None, true).unwrap();
-        }
-        assert_eq!(sent, payloads.len());
-        let got = receive(&rx, payloads.len());
-        for (i, ((data, from), want)) in got.iter().zip(&payloads).enumerate() {
-            assert_eq!(data, want, "datagram {i}");
-            assert_eq!(*from, tx.local_addr().unwrap());
-        }
-    }
-
-    #[test]
-    fn gso_with_pktinfo_answers_from_the_given_address() {
-        let rx = UdpSocket::bind("0.0.0.0:0").unwrap();
-        let port = rx.local_addr().unwrap().port();
-        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let to: SockAddr = client.local_addr().unwrap().into();
-        let payloads: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1200]).collect();
-        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
-        let from = Some(Local::V4(Ipv4Addr::new(127, 0, 0, 5)));
-        assert_eq!(
-            send_batch(rx.as_fd(), &slices, Some(&to), from, true).unwrap(),
-            20
-        );
-        for (i, (data, src)) in receive(&client, 20).into_iter().enumerate() {
-            assert_eq!(data, payloads[i]);
-            assert_eq!(src, SocketAddr::from(([127, 0, 0, 5], port)));
-        }
-    }
-
-    #[test]
-    fn a_refused_gso_send_is_recognised() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.connect(rx.local_addr().unwrap()).unwrap();
-        crate::sockopt::refuse_gso(&tx);
-        let payloads: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 500]).collect();
-        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
-        let e = send_batch(tx.as_fd(), &slices, None, None, true).unwrap_err();
-        assert!(gso_refused(&e), "{e}");
-        // Without GSO the same datagrams go.
-        assert_eq!(
-            send_batch(tx.as_fd(), &slices, None, None, false).unwrap(),
-            4
-        );
-        assert_eq!(receive(&rx, 4).len(), 4);
-    }
-
-    #[test]
-    fn a_datagram_queued_before_pktinfo_was_on_has_no_interface() {
-        // The kernel then reports ifindex 0 and address 0.0.0.0: unknown,
-        // not an interface.
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.send_to(b"early", rx.local_addr().unwrap()).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::Ipv4PacketInfo, &true)
-            .unwrap();
-        tx.send_to(b"late", rx.local_addr().unwrap()).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let mut batch = RecvBatch::new(4);
-        assert_eq!(recv_batch(rx.as_fd(), &mut batch, 4).unwrap(), 2);
-        assert_eq!(batch.datagram(0), b"early");
-        assert_eq!((batch.meta(0).ifindex, batch.meta(0).local), (None, None));
-        assert_eq!(batch.datagram(1), b"late");
-        assert!(batch.meta(1).ifindex.is_some_and(|i| i > 0));
-    }
-}
+pub(crate) mod tests;

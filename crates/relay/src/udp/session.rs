@@ -32,6 +32,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+mod parked;
 mod reply;
 
 use reply::{send_all, sent_bytes, Replies};
@@ -75,6 +76,8 @@ pub(super) struct Shared {
     pub max_sessions: usize,
     pub clock: Clock,
     pub created: mpsc::UnboundedSender<Created>,
+    /// (slot, generation) of a session whose reply task ended.
+    pub ended: mpsc::UnboundedSender<(usize, u64)>,
     /// Whether sends to the target, and to clients, still use GSO.
     pub gso_to_target: AtomicBool,
     pub gso_to_client: AtomicBool,
@@ -234,6 +237,7 @@ impl Table {
                         None,
                         None,
                         &self.shared.gso_to_target,
+                        &counters.errors,
                     );
                     Counters::add(&counters.udp_datagrams_to_target, sent);
                     Counters::add(&counters.bytes_to_target, sent_bytes(&slices[..k], sent));
@@ -260,7 +264,7 @@ impl Table {
                     }
                     let batch = self.shared.batch;
                     let full = lens.len() + batch > PENDING_DATAGRAMS
-                        || queue.len() + batch * mmsg::DATAGRAM_SIZE > PENDING_BYTES;
+                        || queue.len() + batch * mmsg::SLOT_SIZE > PENDING_BYTES;
                     if full && !*crowded {
                         *crowded = true;
                         self.crowded += 1;
@@ -406,6 +410,8 @@ impl Table {
             peer: SockAddr::from(session.peer),
             local: session.local,
             last: session.last.clone(),
+            slot,
+            generation,
         };
         if let Some(old) = session.task.replace(tokio::spawn(replies.run())) {
             old.abort(); // finished already: it sent us this socket
@@ -438,6 +444,7 @@ impl Table {
                 None,
                 None,
                 &self.shared.gso_to_target,
+                &counters.errors,
             );
             Counters::add(&counters.udp_datagrams_to_target, sent);
             Counters::add(
@@ -445,6 +452,20 @@ impl Table {
                 sent_bytes(&slices[..chunk.len()], sent),
             );
             Counters::add(&counters.udp_drops, dropped);
+        }
+    }
+
+    /// The reply task of session `slot`/`generation` ended (its socket
+    /// failed for good): the session is closed, and the client's next
+    /// datagram opens a new one. Stale reports are dropped.
+    pub(super) fn ended(&mut self, slot: usize, generation: u64) {
+        let current = self.slots.get(slot).and_then(Option::as_ref);
+        if current
+            .is_some_and(|s| s.generation == generation && matches!(s.state, State::Ready { .. }))
+        {
+            if let Some(s) = self.remove(slot) {
+                tracing::debug!(peer = %s.peer, "UDP session closed: its socket failed");
+            }
         }
     }
 
@@ -475,107 +496,6 @@ impl Table {
                 tracing::debug!(peer = %s.peer, "UDP session closed after its idle timeout");
             }
         }
-    }
-
-    /// Take in a session another relay parked (see [`super::ParkedSession`]):
-    /// ready at once, its reply task started, its last activity as old as
-    /// it was. A session for a client the table has already, or one the
-    /// socket of which cannot be registered, is dropped.
-    pub(super) fn adopt(&mut self, parked: super::ParkedSession) {
-        let super::ParkedSession {
-            peer,
-            local,
-            socket,
-            idle_ms,
-        } = parked;
-        if self.by_peer.contains_key(&peer) {
-            return;
-        }
-        let socket = match socket
-            .set_nonblocking(true)
-            .and_then(|()| UdpSocket::from_std(socket))
-        {
-            Ok(s) => Arc::new(s),
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "a handed-over UDP session's socket is unusable");
-                return;
-            }
-        };
-        let (slot, generation) = self.new_slot();
-        let now = self.shared.clock.now();
-        let last = now.saturating_sub(idle_ms);
-        let local = local
-            .filter(|_| self.shared.answer_from_dst)
-            .map(|ip| match ip {
-                std::net::IpAddr::V4(a) => Local::V4(a),
-                std::net::IpAddr::V6(a) => Local::V6(a),
-            });
-        let last = Arc::new(AtomicU64::new(last));
-        let replies = Replies {
-            socket: socket.clone(),
-            shared: self.shared.clone(),
-            peer: SockAddr::from(peer),
-            local,
-            last: last.clone(),
-        };
-        let indexed = last.load(Ordering::Relaxed);
-        self.slots[slot] = Some(Session {
-            peer,
-            generation,
-            last,
-            indexed,
-            local,
-            state: State::Ready { socket },
-            task: Some(tokio::spawn(replies.run())),
-        });
-        self.by_peer.insert(peer, slot);
-        self.lru.insert((indexed, slot));
-        Counters::inc(&self.shared.counters.udp_sessions);
-    }
-
-    /// Stop every session and give back those that have their socket, for
-    /// another relay to [`Table::adopt`]. A session still waiting for its
-    /// socket is closed: its queued datagrams are counted as drops.
-    pub(super) async fn park(&mut self) -> Vec<super::ParkedSession> {
-        let now = self.shared.clock.now();
-        let mut parked = Vec::with_capacity(self.by_peer.len());
-        let mut tasks = Vec::with_capacity(self.by_peer.len());
-        for slot in 0..self.slots.len() {
-            let Some(mut s) = self.remove(slot) else {
-                continue;
-            };
-            if let Some(task) = s.task.take() {
-                task.abort();
-                tasks.push(task);
-            }
-            match &s.state {
-                State::Ready { socket } => {
-                    // A second descriptor of the same socket: this one is
-                    // closed (and deregistered) with the session.
-                    match socket.as_fd().try_clone_to_owned() {
-                        Ok(fd) => parked.push(super::ParkedSession {
-                            peer: s.peer,
-                            local: s.local.map(|l| match l {
-                                Local::V4(a) => std::net::IpAddr::V4(a),
-                                Local::V6(a) => std::net::IpAddr::V6(a),
-                            }),
-                            socket: std::net::UdpSocket::from(fd),
-                            idle_ms: now.saturating_sub(s.last.load(Ordering::Relaxed)),
-                        }),
-                        Err(e) => {
-                            tracing::debug!(peer = %s.peer, error = %e, "cannot keep a UDP session's socket")
-                        }
-                    }
-                }
-                State::Pending { lens, .. } => {
-                    Counters::add(&self.shared.counters.udp_drops, lens.len() as u64);
-                }
-            }
-        }
-        for task in tasks {
-            let _ = task.await;
-        }
-        parked
     }
 
     /// Close every session and wait until their tasks (and sockets) are gone.

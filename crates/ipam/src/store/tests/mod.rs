@@ -4,6 +4,7 @@ mod alloc;
 mod concurrency;
 mod crash;
 mod gc;
+mod links;
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::IpAddr;

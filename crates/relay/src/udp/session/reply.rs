@@ -1,5 +1,13 @@
 //! A session's reply task (target → relay → client) and the batched send
 //! both directions use.
+//!
+//! ICMP: a session's socket is connected, so the kernel reports an ICMP
+//! error about an earlier datagram (port unreachable, host or network
+//! prohibited, ...) to the next call on it, receive or send, once. Such an
+//! error says nothing about the socket: it is counted in `errors` and the
+//! session goes on, since the target (or the firewall in front of it) may
+//! answer the next datagram. Only errors that mean the socket itself is
+//! unusable end the reply task, and with it the session.
 
 use super::super::mmsg::{self, Local, RecvBatch, MAX_BATCH};
 use super::{Shared, REPLY_ROUNDS};
@@ -20,6 +28,9 @@ pub(super) struct Replies {
     pub(super) peer: SockAddr,
     pub(super) local: Option<Local>,
     pub(super) last: Arc<AtomicU64>,
+    /// The session's place in the table, reported when the task ends.
+    pub(super) slot: usize,
+    pub(super) generation: u64,
 }
 
 thread_local! {
@@ -30,11 +41,18 @@ thread_local! {
 
 impl Replies {
     pub(super) async fn run(self) {
+        if let Err(e) = self.relay().await {
+            tracing::debug!(error = %e, "UDP session socket failed: session closed");
+        }
+        // The table closes the session: otherwise it would go on sending
+        // the client's datagrams, and no answer would come back.
+        let _ = self.shared.ended.send((self.slot, self.generation));
+    }
+
+    /// Relay the target's datagrams until the socket fails for good.
+    async fn relay(&self) -> io::Result<()> {
         loop {
-            if let Err(e) = self.socket.readable().await {
-                tracing::debug!(error = %e, "UDP session socket failed");
-                return;
-            }
+            self.socket.readable().await?;
             for _ in 0..REPLY_ROUNDS {
                 let moved = self.socket.try_io(Interest::READABLE, || {
                     REPLY_BATCH.with(|batch| self.relay_batch(&mut batch.borrow_mut()))
@@ -42,12 +60,13 @@ impl Replies {
                 match moved {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // ICMP port unreachable from the target: the session
-                    // stays, the target may come back.
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                    Err(e) if broken(&e) => return Err(e),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    // An ICMP error about an earlier datagram (see the
+                    // module's documentation): the session stays.
                     Err(e) => {
-                        tracing::debug!(error = %e, "UDP session socket failed");
-                        return;
+                        tracing::debug!(error = %e, "UDP session: error reported by the target's side");
+                        Counters::inc(&self.shared.counters.errors);
                     }
                 }
             }
@@ -74,24 +93,39 @@ impl Replies {
             Some(&self.peer),
             self.local,
             &self.shared.gso_to_client,
+            &counters.errors,
         );
         Counters::add(&counters.udp_datagrams_to_client, sent);
         Counters::add(&counters.bytes_to_client, sent_bytes(&slices[..k], sent));
         Counters::add(&counters.udp_drops, dropped + (n - k) as u64);
+        batch.release();
         Ok(())
     }
 }
 
+/// Errors that mean a session's socket itself is unusable (a bug, or a
+/// descriptor closed under it): everything else a connected UDP socket
+/// reports is about a datagram, not the socket.
+fn broken(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL)
+    )
+}
+
 /// Send all of `msgs` without blocking; returns (sent, dropped). A full
 /// socket buffer drops the rest; a pending error from an earlier ICMP
-/// (ECONNREFUSED) is retried once; an error that may be GSO's turns `gso`
-/// off and retries; other errors drop one datagram each.
+/// (port or host unreachable, prohibited, ...: any error but [`broken`]
+/// ones) is counted in `errors` and the send retried once; an error that
+/// may be GSO's turns `gso` off and retries; other errors drop one
+/// datagram each.
 pub(super) fn send_all(
     fd: BorrowedFd<'_>,
     msgs: &[IoSlice<'_>],
     to: Option<&SockAddr>,
     from: Option<Local>,
     gso: &AtomicBool,
+    errors: &AtomicU64,
 ) -> (u64, u64) {
     let (mut sent, mut dropped) = (0u64, 0u64);
     let mut offset = 0;
@@ -105,18 +139,19 @@ pub(super) fn send_all(
                 offset += k;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if with_gso && mmsg::gso_refused(&e) => {
+            Err(e)
+                if with_gso
+                    && mmsg::gso_refused(&e)
+                    && mmsg::first_run(&msgs[offset..], true) > 1 =>
+            {
                 tracing::debug!(error = %e, "UDP GSO refused: sending datagrams one by one");
                 gso.store(false, Ordering::Relaxed);
             }
-            Err(e)
-                if !retried
-                    && matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
-                    ) =>
-            {
-                retried = true
+            Err(e) if !retried && !broken(&e) => {
+                retried = true;
+                if e.kind() != io::ErrorKind::Interrupted {
+                    Counters::inc(errors);
+                }
             }
             Err(e) => {
                 tracing::trace!(error = %e, "UDP send failed");

@@ -21,6 +21,7 @@ fn table(max_sessions: usize) -> Table {
     let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let (created, _) = mpsc::unbounded_channel();
+    let (ended, _) = mpsc::unbounded_channel();
     Table::new(Shared {
         listener: Arc::new(UdpSocket::from_std(listener).unwrap()),
         target: "127.0.0.1:9"
@@ -35,6 +36,7 @@ fn table(max_sessions: usize) -> Table {
         max_sessions,
         clock: Clock::new(),
         created,
+        ended,
         gso_to_target: AtomicBool::new(true),
         gso_to_client: AtomicBool::new(true),
     })
@@ -154,7 +156,10 @@ fn send_all_falls_back_when_gso_is_refused() {
     let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 800]).collect();
     let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
     let gso = AtomicBool::new(true);
-    assert_eq!(send_all(tx.as_fd(), &slices, None, None, &gso), (10, 0));
+    assert_eq!(
+        send_all(tx.as_fd(), &slices, None, None, &gso, &AtomicU64::new(0)),
+        (10, 0)
+    );
     assert!(
         !gso.load(Ordering::Relaxed),
         "GSO stays off after a refusal"
