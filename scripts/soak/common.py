@@ -31,7 +31,7 @@ for var, name in (("EDGELINK_BIN", "edgelink"), ("EDGELINKD_BIN", "edgelinkd"), 
         os.environ[var] = os.path.join(HOST_RELEASE, name)
 
 import lab  # noqa: E402  (scripts/bench/lab.py)
-from lab import Procs, in_ns, listening, raise_nofile, sh, wait_for  # noqa: E402,F401
+from lab import Procs, in_ns, listening, node_env, raise_nofile, sh, wait_for  # noqa: E402,F401
 
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("SOAK_OUT", os.path.join(ROOT, "target", "soak"))
@@ -112,27 +112,6 @@ class Scenario:
         self.daemon = Daemon(self.procs, state or self.lab.state, list(args))
         self.daemon.start()
         return self.daemon
-
-
-# The lab node's policy (docs/configuration.md, "The node decides"): the
-# uplinks its configs name. The plugin reads it from its state directory,
-# which the runtime's environment names (EDGELINK_STATE_DIR).
-LAB_POLICY = '{"uplinks": ["uplink0", "uplink1"]}\n'
-
-
-def node_env(env, conf):
-    """Set EDGELINK_STATE_DIR in `env` to the config's stateDir, as root
-    sets it for a node's runtime, and write the lab's node policy there."""
-    state = conf.get("stateDir")
-    if not state:
-        return env
-    env["EDGELINK_STATE_DIR"] = state
-    path = os.path.join(state, "node-policy.json")
-    if not os.path.exists(path):
-        os.makedirs(state, exist_ok=True)
-        with open(path, "w") as f:
-            f.write(LAB_POLICY)
-    return env
 
 
 def cni(cmd, conf, container, ns, ifname="net1", timeout=30, pod=None):
