@@ -10,6 +10,7 @@ mod lab;
 
 mod cli;
 mod handover;
+mod handover_races;
 mod kernel_path;
 mod lifecycle;
 mod limits;
