@@ -34,10 +34,14 @@ fn arrives(from: &Netns, to: &Netns, host: &str, port: u16) -> bool {
     let v6 = host.contains(':');
     let family = if v6 { "AF_INET6" } else { "AF_INET" };
     let any = if v6 { "::" } else { "0.0.0.0" };
+    // The receiver waits for the sender's datagrams or for the word
+    // `stop`, sent on its own loopback once the sender is done (not for a
+    // time: on a loaded machine a sender can take seconds to start).
     let recv = format!(
         "import socket\ns=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
-         s.bind(('{any}',{port}))\ns.settimeout(3)\nprint('ready',flush=True)\n\
-         try:\n d,a=s.recvfrom(100)\n print('got',a,flush=True)\nexcept socket.timeout:\n print('none',flush=True)\n"
+         s.bind(('{any}',{port}))\ns.settimeout(60)\nprint('ready',flush=True)\n\
+         try:\n d,a=s.recvfrom(100)\n print('none' if d==b'stop' else 'got',a,flush=True)\n\
+         except socket.timeout:\n print('none',flush=True)\n"
     );
     let mut child = ChildGuard::new(
         Command::new("ip")
@@ -62,6 +66,12 @@ fn arrives(from: &Netns, to: &Netns, host: &str, port: u16) -> bool {
     );
     let sent = from.exec(&["python3", "-c", &send]);
     assert!(sent.status.success(), "{sent:?}");
+    let lo = if v6 { "::1" } else { "127.0.0.1" };
+    let stop = format!(
+        "import socket\ns=socket.socket(socket.{family},socket.SOCK_DGRAM)\ns.sendto(b'stop',('{lo}',{port}))\n"
+    );
+    let stopped = to.exec(&["python3", "-c", &stop]);
+    assert!(stopped.status.success(), "{stopped:?}");
     line.clear();
     out.read_line(&mut line).expect("read the receiver");
     drop(child.wait_output(Duration::from_secs(5)));
