@@ -36,7 +36,9 @@ fn arrives(from: &Netns, to: &Netns, host: &str, port: u16) -> bool {
     let any = if v6 { "::" } else { "0.0.0.0" };
     // The receiver waits for the sender's datagrams or for the word
     // `stop`, sent on its own loopback once the sender is done (not for a
-    // time: on a loaded machine a sender can take seconds to start).
+    // time: on a loaded machine a sender can take seconds to start). The
+    // sender sends for 2 s: datagrams that wait for a neighbour's address
+    // are delivered after an ARP retransmission (1 s), not lost.
     let recv = format!(
         "import socket\ns=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
          s.bind(('{any}',{port}))\ns.settimeout(60)\nprint('ready',flush=True)\n\
@@ -61,14 +63,14 @@ fn arrives(from: &Netns, to: &Netns, host: &str, port: u16) -> bool {
         to.name
     );
     let send = format!(
-        "import socket,time\nfor i in range(5):\n s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n \
+        "import socket,time\nfor i in range(20):\n s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n \
          try:\n  s.sendto(b'x',('{host}',{port}))\n except OSError:\n  pass\n s.close()\n time.sleep(0.1)\n"
     );
     let sent = from.exec(&["python3", "-c", &send]);
     assert!(sent.status.success(), "{sent:?}");
     let lo = if v6 { "::1" } else { "127.0.0.1" };
     let stop = format!(
-        "import socket\ns=socket.socket(socket.{family},socket.SOCK_DGRAM)\ns.sendto(b'stop',('{lo}',{port}))\n"
+        "import socket,time\ntime.sleep(0.3)\ns=socket.socket(socket.{family},socket.SOCK_DGRAM)\ns.sendto(b'stop',('{lo}',{port}))\n"
     );
     let stopped = to.exec(&["python3", "-c", &stop]);
     assert!(stopped.status.success(), "{stopped:?}");

@@ -6,9 +6,9 @@
 use crate::lab::*;
 use edgelink_tests::*;
 use std::io::{Read, Write};
-use std::time::Duration;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// A TCP stream through `api` (the device echoes it), written and read
 /// back in chunks, every byte's value and place checked, until `finish`.
