@@ -327,12 +327,18 @@ if [[ $REFERENCE == 1 ]]; then
         done
     fi
 else
+    cp "$PLUGIN_BIN" "$TESTDIR/bin/edgelink.real"
+    inner=$TESTDIR/bin/edgelink.real
     if [[ $TRACE == 1 ]]; then
-        cp "$PLUGIN_BIN" "$TESTDIR/bin/edgelink.real"
-        write_trace_shim "$TESTDIR/bin/edgelink" "$TESTDIR/bin/edgelink.real"
-    else
-        cp "$PLUGIN_BIN" "$TESTDIR/bin/edgelink"
+        write_trace_shim "$TESTDIR/bin/edgelink.traced" "$inner"
+        inner=$TESTDIR/bin/edgelink.traced
     fi
+    # The state directory as the node sets it, in every call: podman runs
+    # the DEL of `run --rm` and `rm -f` from `podman container cleanup`,
+    # which conmon starts without podman's environment (docs/
+    # configuration.md, "The node decides").
+    printf '#!/bin/sh\nEDGELINK_STATE_DIR=%q exec %q "$@"\n' "$TESTDIR/state" "$inner" >"$TESTDIR/bin/edgelink"
+    chmod 0755 "$TESTDIR/bin/edgelink"
 fi
 
 # ---------------------------------------------------------------- topology
