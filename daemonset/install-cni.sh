@@ -86,7 +86,8 @@ fi
 # "a,b" -> ["a", "b"]; names are interface or network names: nothing that
 # needs JSON escaping.
 json_list() {
-    out= IFS_OLD=$IFS
+    out=''
+    IFS_OLD=$IFS
     IFS=,
     for n in $1; do
         [ -n "$n" ] && out="${out:+$out, }\"$n\""
@@ -97,6 +98,7 @@ json_list() {
 
 if [ -n "${UPLINKS+x}${BRIDGES+x}${SHARED_NETWORKS+x}" ]; then
     for var in UPLINKS BRIDGES SHARED_NETWORKS; do
+        val=''
         eval "val=\${$var:-}"
         case $val in
             *[!A-Za-z0-9_.:,-]*) die "$var=$val: not a comma-separated list of interface or network names" ;;
