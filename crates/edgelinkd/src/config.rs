@@ -241,8 +241,10 @@ pub struct RunArgs {
     pub pipe_budget: usize,
     /// SO_SNDBUF and SO_RCVBUF of both legs of every relayed TCP
     /// connection (bytes; the kernel doubles it for its bookkeeping; 0:
-    /// the kernel's autotuning, up to net.ipv4.tcp_rmem/tcp_wmem).
-    #[arg(long, default_value = "262144", value_parser = socket_buffer)]
+    /// the kernel's autotuning, up to net.ipv4.tcp_rmem/tcp_wmem). 1 MiB
+    /// keeps a single stream's CPU per GB level with autotuning (256 KiB
+    /// cost 1.6-1.8x; docs/configuration.md, "Memory").
+    #[arg(long, default_value = "1048576", value_parser = socket_buffer)]
     pub socket_buffer: usize,
     /// Bulk mode of TCP relays: once a wakeup finds this many bytes waiting,
     /// wait for this many (SO_RCVLOWAT, at most 1 ms) before the next one
