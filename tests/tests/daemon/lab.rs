@@ -386,6 +386,32 @@ impl DLab {
     }
 
     /// Wait (bounded) until `cond(status)` holds; returns the last status.
+    /// Kill worker 0 (debug builds: SIGUSR2, the way a panic would) and
+    /// wait until it is replaced and every forward listens again.
+    pub fn kill_worker_0(&self) {
+        self.daemon
+            .as_ref()
+            .expect("a daemon")
+            .signal(nix::sys::signal::Signal::SIGUSR2);
+        self.wait_status(
+            Duration::from_secs(10),
+            "worker replaced, all listening",
+            |s| {
+                s["workerReplacementsTotal"] == 1
+                    && s["attachments"][0]["forwards"]
+                        .as_array()
+                        .is_some_and(|f| f.iter().all(|f| f["listener"] == "listening"))
+            },
+        );
+    }
+
+    /// The listening TCP sockets on `port` in the pod (`ss`): one per
+    /// address family, shared by the workers.
+    pub fn tcp_listeners_on(&self, port: u16) -> usize {
+        let out = self.pod.exec(&["ss", "-Hltn", &format!("sport = :{port}")]);
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+
     pub fn wait_status(
         &self,
         timeout: Duration,

@@ -259,20 +259,7 @@ fn a_dead_worker_leaves_the_udp_sessions_of_the_other_workers_alone() {
     };
     let before = upstream();
     assert!(!before.is_empty(), "no upstream socket for the session");
-    l.daemon
-        .as_ref()
-        .unwrap()
-        .signal(nix::sys::signal::Signal::SIGUSR2);
-    l.wait_status(
-        Duration::from_secs(10),
-        "worker replaced, all listening",
-        |s| {
-            s["workerReplacementsTotal"] == 1
-                && s["attachments"][0]["forwards"]
-                    .as_array()
-                    .is_some_and(|f| f.iter().all(|f| f["listener"] == "listening"))
-        },
-    );
+    l.kill_worker_0();
     // A pass has run since (every 0.2 s): what it restarted, it restarted.
     std::thread::sleep(Duration::from_millis(600));
     let t = l.forward("telemetry");
@@ -285,12 +272,7 @@ fn a_dead_worker_leaves_the_udp_sessions_of_the_other_workers_alone() {
     // on their one listener per address (IPv4 and IPv6) that the workers
     // share.
     assert!(wait_until(Duration::from_secs(5), || l
-        .pod
-        .exec(&["ss", "-Hltn", &format!("sport = :{API}")])
-        .stdout
-        .split(|b| *b == b'\n')
-        .filter(|x| !x.is_empty())
-        .count()
+        .tcp_listeners_on(API)
         == 2));
     l.echo_once(b"tcp after\n");
 }
