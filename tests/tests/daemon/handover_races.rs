@@ -161,6 +161,19 @@ fn a_confirm_that_comes_too_late_is_refused_and_only_the_old_daemon_serves() {
     eprintln!("{n} bytes checked");
 }
 
+/// SIGTERM to the running daemon as soon as its log says it is handing
+/// over; the thread's result tells whether the hand-over started (20 s).
+fn sigterm_once_handing_over(l: &mut DLab) -> std::thread::JoinHandle<bool> {
+    let (old_pid, old_log) = (l.daemon().pid(), l.daemon().log.clone());
+    std::thread::spawn(move || {
+        let started = wait_until(Duration::from_secs(20), || {
+            std::fs::read_to_string(&old_log).is_ok_and(|t| t.contains("handing over"))
+        });
+        let _ = nix::sys::signal::kill(old_pid, nix::sys::signal::Signal::SIGTERM);
+        started
+    })
+}
+
 /// Review item 20: SIGTERM to the old daemon while it hands over waits for
 /// the hand-over's outcome: it succeeds, the old daemon exits 0 from it,
 /// and the new one keeps its control socket (CHECK answers) and every
@@ -169,14 +182,7 @@ fn a_confirm_that_comes_too_late_is_refused_and_only_the_old_daemon_serves() {
 fn sigterm_during_a_handover_waits_for_it_and_leaves_the_new_daemon_whole() {
     let mut l = DLab::new();
     let stream = CheckedStream::start(&l);
-    let (old_pid, old_log) = (l.daemon().pid(), l.daemon().log.clone());
-    let term = std::thread::spawn(move || {
-        let started = wait_until(Duration::from_secs(20), || {
-            std::fs::read_to_string(&old_log).is_ok_and(|t| t.contains("handing over"))
-        });
-        let _ = nix::sys::signal::kill(old_pid, nix::sys::signal::Signal::SIGTERM);
-        started
-    });
+    let term = sigterm_once_handing_over(&mut l);
     l.flags = vec!["--test-stall-confirm-ms".into(), "2000".into()];
     l.take_over();
     assert!(term.join().unwrap(), "the hand-over never started");
@@ -201,14 +207,7 @@ fn sigterm_during_a_handover_that_fails_drains_what_it_took_back() {
         ..Default::default()
     });
     let stream = CheckedStream::start(&l);
-    let (old_pid, old_log) = (l.daemon().pid(), l.daemon().log.clone());
-    let term = std::thread::spawn(move || {
-        let started = wait_until(Duration::from_secs(20), || {
-            std::fs::read_to_string(&old_log).is_ok_and(|t| t.contains("handing over"))
-        });
-        let _ = nix::sys::signal::kill(old_pid, nix::sys::signal::Signal::SIGTERM);
-        started
-    });
+    let term = sigterm_once_handing_over(&mut l);
     let mut new = l.spawn_takeover(&["--test-stall-confirm-ms", "3000"]);
     assert!(term.join().unwrap(), "the hand-over never started");
     let st = new.wait_exit(Duration::from_secs(20));
