@@ -171,6 +171,23 @@ impl DLab {
         DLab::with(Opts::default())
     }
 
+    /// The lab with the daemon's `flags` and `extra` forwards beside the
+    /// default ones (a JSON array), added and served.
+    pub fn with_forwards(flags: &[&str], extra: serde_json::Value) -> DLab {
+        let mut l = DLab::with(Opts {
+            flags,
+            add: false,
+            ..Default::default()
+        });
+        l.conf["forwards"]
+            .as_array_mut()
+            .expect("the lab's forwards")
+            .extend(extra.as_array().expect("a JSON array").iter().cloned());
+        l.add();
+        l.wait_serving();
+        l
+    }
+
     pub fn with(opts: Opts<'_>) -> DLab {
         raise_nofile();
         let lab = Lab::new();

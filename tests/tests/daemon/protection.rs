@@ -77,17 +77,7 @@ impl Drop for FragileDevice {
 }
 
 fn lab_with(extra: Value) -> DLab {
-    let mut l = DLab::with(Opts {
-        add: false,
-        ..Default::default()
-    });
-    l.conf["forwards"]
-        .as_array_mut()
-        .unwrap()
-        .extend(extra.as_array().unwrap().iter().cloned());
-    l.add();
-    l.wait_serving();
-    l
+    DLab::with_forwards(&[], extra)
 }
 
 /// `n` clients at once from the client namespace, each: connect, send 64

@@ -150,18 +150,7 @@ fn a_root_process_of_the_pod_without_capabilities_cannot_take_a_forwards_connect
 
 /// The lab with `extra` forwards and `flags`.
 fn lab_with(flags: &[&str], extra: Value) -> DLab {
-    let mut l = DLab::with(Opts {
-        flags,
-        add: false,
-        ..Default::default()
-    });
-    l.conf["forwards"]
-        .as_array_mut()
-        .unwrap()
-        .extend(extra.as_array().unwrap().iter().cloned());
-    l.add();
-    l.wait_serving();
-    l
+    DLab::with_forwards(flags, extra)
 }
 
 /// Item 22: a client waiting for a `maxConnections` place that shuts its
