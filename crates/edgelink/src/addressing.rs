@@ -187,7 +187,7 @@ pub fn release_builtin(
             if let Some(mut lock) = errs.note(store.lock(LOCK_TIMEOUT)) {
                 if let Some(released) = errs.note(lock.release(&env.container_id, &env.ifname)) {
                     if !released.is_empty() {
-                        tracing::info!(network = %n, ?released, "released addresses");
+                        tracing::info!(network = %n, addresses = %edgelink_ipam::show_ips(&released), "released addresses");
                     }
                 }
             }

@@ -16,6 +16,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 mod forwards;
+pub mod keys;
 mod reverse;
 
 pub use crate::node::DEFAULT_STATE_DIR;
@@ -122,6 +123,14 @@ fn bad(field: &str, value: &Value, reason: &str) -> PluginError {
     PluginError::Cni(CniError::new(
         codes::INVALID_CONFIG,
         format!("{field}: {value} {reason}"),
+    ))
+}
+
+/// A required key that is not there: `forwards[0].port: is missing`.
+fn missing(field: &str, why: &str) -> PluginError {
+    PluginError::Cni(CniError::new(
+        codes::INVALID_CONFIG,
+        format!("{field}: is missing{why}"),
     ))
 }
 
@@ -271,6 +280,11 @@ impl Config {
                 "is not \"edgelink\"",
             ));
         }
+        // Ignored, as CNI wants, but never silently: a misspelt key gives
+        // another network than the one meant.
+        for u in keys::unknown_keys(&net.raw) {
+            tracing::warn!("{u}");
+        }
         let uplink = ifname_field(o, "uplink")?;
         let mode = match get_str(o, "mode")?.unwrap_or("bridge") {
             "bridge" => {
@@ -299,10 +313,9 @@ impl Config {
                     }
                 }
                 let Some(uplink) = uplink else {
-                    return Err(bad(
+                    return Err(missing(
                         "uplink",
-                        &Value::Null,
-                        "is required with mode \"macvlan\"",
+                        " (mode \"macvlan\" needs one: the macvlan master)",
                     ));
                 };
                 let mode = match get_str(o, "macvlanMode")?.unwrap_or("bridge") {

@@ -20,3 +20,4 @@ pub mod logfile;
 pub mod names;
 pub mod node;
 pub mod sysctl;
+pub mod validate;

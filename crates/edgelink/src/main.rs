@@ -86,6 +86,13 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>, PluginError> {
 }
 
 fn main() {
+    // `edgelink validate ...` is a user's command; a runtime passes no
+    // arguments (CNI speaks through the environment).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("validate") {
+        let code = edgelink::validate::main(&args[1..], &mut std::io::stdout().lock());
+        std::process::exit(code);
+    }
     let mut stdin = Vec::new();
     let env = Env::from_process();
     // VERSION may come without stdin; everything else needs it.

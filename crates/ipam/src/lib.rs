@@ -35,3 +35,11 @@ pub use store::{
     release_all_but, release_all_except, release_all_except_with_grace, valid_network_name,
     Allocation, GcReport, IpamError, Owner, Ownership, Store, StoreLock, GC_GRACE,
 };
+
+/// Addresses as a user reads them in a log line: `172.17.16.200, fd00::c8`.
+pub fn show_ips(ips: &[std::net::IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -21,6 +21,18 @@ pub enum LinkKind {
     Device,
 }
 
+impl std::fmt::Display for LinkKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LinkKind::Bridge => "bridge",
+            LinkKind::Veth => "veth",
+            LinkKind::Macvlan => "macvlan",
+            LinkKind::Other(k) => k,
+            LinkKind::Device => "device",
+        })
+    }
+}
+
 /// STP state of a bridge port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BridgePortState {

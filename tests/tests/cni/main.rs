@@ -16,3 +16,4 @@ mod review3_segment;
 mod review_plugin;
 mod runtimes;
 mod sticky_pod;
+mod validate;

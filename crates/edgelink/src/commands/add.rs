@@ -137,7 +137,8 @@ fn add(
     };
     done.ipam = !matches!(cfg.ipam, Ipam::None);
     let assigned: Assigned = addressing::add(cfg, env, policy, &mut probe)?;
-    tracing::debug!(?assigned, "addresses reserved");
+    tracing::debug!(addresses = %assigned.ips.iter().map(|i| i.address.to_string()).collect::<Vec<_>>().join(", "),
+        "addresses reserved");
     debug_stall("ipam");
     let own: Vec<IpNetwork> = assigned.ips.iter().map(|i| i.address).collect();
     if !matches!(cfg.ipam, Ipam::Builtin(_)) {

@@ -68,7 +68,7 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
                         } else {
                             tracing::warn!(
                                 ifname = %env.ifname,
-                                kind = ?link.kind,
+                                kind = %link.kind,
                                 "not deleting the pod's interface: edgelink did not make it (an ADD that failed with code 101?)"
                             );
                         }

@@ -2,13 +2,13 @@
 //! the records' [`Forward`]s.
 
 use super::{
-    bad, get_uint, DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECT_RETRIES,
+    bad, get_uint, missing, DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECT_RETRIES,
     MAX_IDLE_TIMEOUT_MS, MAX_QUEUE_TIMEOUT_MS,
 };
 use crate::error::PluginError;
 use edgelink_attachment::{Forward, ForwardPath, Protocol, ProxyProtocol};
 use serde_json::{Map, Value};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 
 /// The keys every entry of `forwards[]` and `reverse[]` has: `name`,
@@ -24,7 +24,7 @@ pub(super) fn head(list: &str, i: usize, fo: &Map<String, Value>) -> Result<Head
     let name = match fo.get("name") {
         Some(Value::String(s)) => s.clone(),
         Some(v) => return Err(bad(&at("name"), v, "is not a string")),
-        None => return Err(bad(&at("name"), &Value::Null, "is required")),
+        None => return Err(missing(&at("name"), "")),
     };
     let valid_name = !name.is_empty()
         && name.len() <= 15
@@ -54,7 +54,7 @@ pub(super) fn head(list: &str, i: usize, fo: &Map<String, Value>) -> Result<Head
         )
     })? {
         Some(p) => p as u16,
-        None => return Err(bad(&at("port"), &Value::Null, "is required")),
+        None => return Err(missing(&at("port"), "")),
     };
     Ok(Head {
         name,
@@ -180,8 +180,9 @@ pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, Plu
         Some(v) => return Err(bad("forwards", v, "is not an array")),
     };
     let mut out: Vec<Forward> = Vec::new();
-    let mut names = HashSet::new();
-    let mut ports = HashSet::new();
+    // Each name and (protocol, port) taken, by the entry that took it.
+    let mut names = HashMap::new();
+    let mut ports = HashMap::new();
     for (i, f) in list.iter().enumerate() {
         let at = |k: &str| format!("forwards[{i}].{k}");
         let Value::Object(fo) = f else {
@@ -192,18 +193,18 @@ pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, Plu
             protocol,
             port,
         } = head("forwards", i, fo)?;
-        if !names.insert(name.clone()) {
+        if let Some(j) = names.insert(name.clone(), i) {
             return Err(bad(
                 &at("name"),
                 &Value::String(name),
-                "is used by another forward",
+                &format!("is used by forwards[{j}] too"),
             ));
         }
-        if !ports.insert((protocol, port)) {
+        if let Some((j, other)) = ports.insert((protocol, port), (i, name.clone())) {
             return Err(bad(
                 &at("port"),
                 &Value::from(port),
-                &format!("is used by another {protocol} forward"),
+                &format!("({protocol}) is used by forwards[{j}] ({other:?}) too"),
             ));
         }
         let target = match fo.get("target") {
@@ -215,7 +216,7 @@ pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, Plu
                 )
             })?,
             Some(v) => return Err(bad(&at("target"), v, "is not a string")),
-            None => return Err(bad(&at("target"), &Value::Null, "is required")),
+            None => return Err(missing(&at("target"), "")),
         };
         if target.port() == 0 || target.ip().is_unspecified() || target.ip().is_multicast() {
             return Err(bad(

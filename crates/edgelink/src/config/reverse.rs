@@ -7,7 +7,7 @@
 //! as they are known.
 
 use super::forwards::{head, relay_keys, Head};
-use super::{bad, cidr_list};
+use super::{bad, cidr_list, missing};
 use crate::error::PluginError;
 use edgelink_attachment::{Dns, Forward, Reverse, Target};
 use ipnetwork::IpNetwork;
@@ -87,7 +87,7 @@ pub(super) fn parse_reverse(
                 )
             })?,
             Some(v) => return Err(bad(&at("target"), v, "is not a string")),
-            None => return Err(bad(&at("target"), &Value::Null, "is required")),
+            None => return Err(missing(&at("target"), "")),
         };
         if let Some(v) = ro.get("path").filter(|v| !v.is_null()) {
             if v != "relay" {

@@ -96,11 +96,21 @@ fn forward_validation() {
     }
     let mut v = base();
     v["forwards"][1]["name"] = json!("api");
-    assert!(err(&v).msg.contains("another forward"));
+    assert_eq!(
+        err(&v).msg,
+        "forwards[1].name: \"api\" is used by forwards[0] too"
+    );
     let mut v = base();
     v["forwards"][1]["protocol"] = json!("tcp");
     v["forwards"][1]["port"] = json!(8080);
-    assert!(err(&v).msg.contains("another tcp forward"));
+    // The message names the other forward (issue 21).
+    assert_eq!(
+        err(&v).msg,
+        "forwards[1].port: 8080 (tcp) is used by forwards[0] (\"api\") too"
+    );
+    let mut v = base();
+    v["forwards"][1].as_object_mut().unwrap().remove("port");
+    assert_eq!(err(&v).msg, "forwards[1].port: is missing");
 }
 
 #[test]
