@@ -174,7 +174,7 @@ YAML
   until_ok 30 is listening rev_field "$REV_POD" collector listener || { note "collector not listening"; return 1; }
   until_ok 30 is listening rev_field "$REV_POD" collector-udp listener || return 1
   DS_POD=$(ds_pod)
-  st=$(kc -n edgelink-system exec "$DS_POD" -c edgelinkd -- edgelinkd status) || return 1
+  st=$(kc -n edgelink-system exec "$DS_POD" -c edgelinkd -- edgelinkd status) || [ $? -eq 2 ] || return 1
   grep -E "$REV_POD|POD" <<<"$st" | sed 's/^/     | /'
   note "/status collector: direction $(rev_field "$REV_POD" collector direction), listen $(rev_field "$REV_POD" collector listen), allowedSources $(rev_field "$REV_POD" collector allowedSources); collector-udp: listen $(rev_field "$REV_POD" collector-udp listen), allowedSources $(rev_field "$REV_POD" collector-udp allowedSources)"
   [[ $conf == *"\"$COLL_IP:$REV_PORT\""* && -n $REV_NET1 && $REV_NET1 == 172.17.16.* ]] &&

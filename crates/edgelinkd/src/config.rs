@@ -1,9 +1,13 @@
 //! The daemon's settings, parsed completely before anything is bound.
 
 use clap::{Args, Parser, Subcommand};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod layers;
+
+pub use layers::{parse, ParseError};
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/edgelink";
 pub const DEFAULT_STATUS_ADDR: &str = "127.0.0.1:9310";
@@ -11,7 +15,7 @@ pub const DEFAULT_STATUS_ADDR: &str = "127.0.0.1:9310";
 #[derive(Debug, Parser)]
 #[command(
     name = "edgelinkd",
-    version,
+    version = crate::VERSION,
     about = "The edgelink node daemon: relays each attachment's forwards from inside the pod's network namespace"
 )]
 pub struct Cli {
@@ -29,14 +33,28 @@ pub enum Command {
     Status(StatusArgs),
 }
 
-fn secs(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(0.0..=86_400.0).contains(&v) {
-        return Err(format!("{s} is outside 0..=86400 seconds"));
+/// Seconds (`20`, `0.5`), or a duration with units (`20s`, `500ms`,
+/// `1h30m`, as humantime reads them).
+fn duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(v) = t.parse::<f64>() {
+        // Bounded before the conversion, which panics on overflow.
+        if !(0.0..=1e9).contains(&v) {
+            return Err(format!("{s:?} is not a duration in seconds"));
+        }
+        return Ok(Duration::from_secs_f64(v));
     }
-    Ok(Duration::from_secs_f64(v))
+    humantime::parse_duration(t).map_err(|e| {
+        format!("{s:?} is not a duration (seconds, or with units: 20s, 500ms, 1h): {e}")
+    })
+}
+
+fn secs(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d > Duration::from_secs(86_400) {
+        return Err(format!("{s} is above 86400 seconds (a day)"));
+    }
+    Ok(d)
 }
 
 /// A period that must not be zero: 0 would make a busy loop (reconcile) or
@@ -52,21 +70,26 @@ fn period(s: &str) -> Result<Duration, String> {
 /// `--tcp-idle-timeout`: 0 (never) or at least a second, at most a week
 /// (as `forwards[].idleTimeoutMs` in the plugin's config).
 fn idle_timeout(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if v != 0.0 && !(1.0..=604_800.0).contains(&v) {
+    let d = duration(s)?;
+    if !d.is_zero() && !(Duration::from_secs(1)..=Duration::from_secs(604_800)).contains(&d) {
         return Err(format!("{s} is not 0 (never) or in 1..=604800 seconds"));
     }
-    Ok(Duration::from_secs_f64(v))
+    Ok(d)
+}
+
+/// A duration of whole seconds (`60`, `1m`).
+fn whole(s: &str) -> Result<u64, String> {
+    let d = duration(s)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{s:?} is not a whole number of seconds"));
+    }
+    Ok(d.as_secs())
 }
 
 /// `--tcp-keepalive`: 0 (off) or whole seconds the kernel accepts as
 /// TCP_KEEPIDLE (1..=32767).
 fn keepalive(s: &str) -> Result<Duration, String> {
-    let v: u64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a whole number of seconds"))?;
+    let v = whole(s)?;
     if v > 32767 {
         return Err(format!("{v} is not 0 (off) or in 1..=32767 seconds"));
     }
@@ -75,7 +98,7 @@ fn keepalive(s: &str) -> Result<Duration, String> {
 
 /// The kernel path's conntrack timeouts: whole seconds, 1..=86400.
 fn whole_secs(s: &str) -> Result<Duration, String> {
-    match s.parse::<u64>() {
+    match whole(s) {
         Ok(n) if (1..=86_400).contains(&n) => Ok(Duration::from_secs(n)),
         _ => Err(format!(
             "{s:?} is not a whole number of seconds in 1..=86400"
@@ -93,13 +116,25 @@ fn worker_count(s: &str) -> Result<usize, String> {
 
 /// `--connect-retry-backoff`: 0.01..=2 seconds.
 fn backoff(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(0.01..=2.0).contains(&v) {
+    let d = duration(s)?;
+    if !(Duration::from_millis(10)..=Duration::from_secs(2)).contains(&d) {
         return Err(format!("{s} is outside 0.01..=2 seconds"));
     }
-    Ok(Duration::from_secs_f64(v))
+    Ok(d)
+}
+
+/// `host:port` or `ip:port`: a name (`localhost:9310`) is resolved once,
+/// at start, to its first address.
+fn socket_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let mut addrs = s.to_socket_addrs().map_err(|e| {
+        format!("{s:?} is not an address:port, nor a host name:port that resolves: {e}")
+    })?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{s:?}: the host name resolves to no address"))
 }
 
 fn absolute(s: &str) -> Result<PathBuf, String> {
@@ -190,15 +225,29 @@ fn webhook(s: &str) -> Result<String, String> {
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
+    /// A YAML file of settings, each key a flag's long name
+    /// (`state-dir: /var/lib/edgelink`); flags and EDGELINKD_* variables
+    /// override it.
+    #[arg(long, env = "EDGELINKD_CONFIG")]
+    pub config: Option<PathBuf>,
     /// Where the plugin writes attachment records and the IPAM store.
     #[arg(long, default_value = DEFAULT_STATE_DIR, value_parser = absolute)]
     pub state_dir: PathBuf,
-    /// Address of the read-only HTTP endpoint (/healthz, /livez, /metrics, /status).
-    #[arg(long, default_value = DEFAULT_STATUS_ADDR)]
+    /// Address of the read-only HTTP endpoint (/healthz, /livez, /metrics,
+    /// /status); `host:port` is resolved at start.
+    #[arg(long, default_value = DEFAULT_STATUS_ADDR, value_parser = socket_addr)]
     pub status_addr: SocketAddr,
+    /// A second HTTP endpoint with /metrics, /healthz and /livez only, no
+    /// /status (it names pods and netns paths): for a Prometheus off the
+    /// node, e.g. 0.0.0.0:9311. None by default.
+    #[arg(long, value_parser = socket_addr)]
+    pub metrics_addr: Option<SocketAddr>,
     /// error, warn, info, debug or trace.
     #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub log_level: String,
+    /// text (one line per event) or json (one object per line).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
     /// How often to look for attachments whose netns is gone (seconds).
     #[arg(long, default_value = "30", value_parser = period)]
     pub reconcile_interval: Duration,
@@ -403,10 +452,19 @@ impl RunArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
-    /// Address of the daemon's HTTP endpoint.
-    #[arg(long, default_value = DEFAULT_STATUS_ADDR)]
+    /// Address of the daemon's HTTP endpoint (`host:port` resolved).
+    #[arg(long, env = "EDGELINKD_STATUS_ADDR", default_value = DEFAULT_STATUS_ADDR, value_parser = socket_addr)]
     pub status_addr: SocketAddr,
-    /// Print the raw JSON instead of a table.
+    /// Print the JSON (what the filters kept) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Only the pods of this namespace.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Only this pod (its name, or namespace/name).
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Only forwards of this name (and the pods that have one).
+    #[arg(long)]
+    pub forward: Option<String>,
 }

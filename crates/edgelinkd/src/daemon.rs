@@ -510,7 +510,9 @@ impl Daemon {
             let mut l = s.lock(Duration::from_secs(10))?;
             l.release(&rec.container_id, &rec.ifname)
         }) {
-            Ok(ips) if !ips.is_empty() => tracing::info!(?ips, "released"),
+            Ok(ips) if !ips.is_empty() => {
+                tracing::info!(addresses = %edgelink_ipam::show_ips(&ips), "released")
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot release the reservation"),
         }
@@ -717,7 +719,7 @@ impl Daemon {
             }
         }
         tracing::info!(container = %a.record.container_id, ifname = %a.record.ifname,
-            pod = ?a.record.pod_name, forwards = a.forwards.len(), "serving attachment");
+            pod = %a.record.pod_name.as_deref().unwrap_or("-"), forwards = a.forwards.len(), "serving attachment");
         a
     }
 }

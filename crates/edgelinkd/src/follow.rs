@@ -94,7 +94,7 @@ pub async fn run(r: Arc<ReverseSide>, factory: Arc<Factory>, mut stop: watch::Re
             None => match pod_conf(&r) {
                 Ok((conf, from)) => {
                     tracing::info!(forward = %r.spec.name, %host, resolver = %from,
-                        nameservers = ?conf.nameservers, "resolving the reverse target");
+                        nameservers = %conf.nameservers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "), "resolving the reverse target");
                     r.lock().resolver = Some(from);
                     resolver = Some(Resolver::new(conf, sockets.clone()));
                     continue;
@@ -113,7 +113,7 @@ pub async fn run(r: Arc<ReverseSide>, factory: Arc<Factory>, mut stop: watch::Re
                                 let before = r.lock().addr;
                                 if before != Some(addr) {
                                     tracing::info!(forward = %r.spec.name, %host, %addr,
-                                        previous = ?before, "reverse target resolved");
+                                        previous = %before.map_or("none".to_string(), |a| a.to_string()), "reverse target resolved");
                                 }
                                 r.resolved(addr, answer.name.clone());
                                 backoff = FIRST_BACKOFF;

@@ -317,7 +317,7 @@ fn take_back(d: &Arc<Daemon>, items: Vec<Item>) {
             .and_then(|()| tokio::net::TcpListener::from_std(l));
         match l {
             Ok(l) => {
-                tokio::spawn(crate::http::serve(l, d.clone()));
+                tokio::spawn(crate::http::serve(l, d.clone(), crate::http::Scope::Status));
             }
             Err(e) => tracing::error!(error = %e, "the status listener cannot be served again"),
         }

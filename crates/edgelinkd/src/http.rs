@@ -1,5 +1,7 @@
 //! The read-only HTTP endpoint: /healthz and /livez (as kube-proxy has
-//! them), /metrics (Prometheus text), /status (JSON). GET only.
+//! them), /metrics (Prometheus text), /status (JSON). GET only. And the
+//! metrics endpoint (`--metrics-addr`): the same without /status, which
+//! names pods and netns paths, for a Prometheus off the node.
 
 use crate::daemon::Daemon;
 use crate::fds;
@@ -47,8 +49,18 @@ fn health(d: &Daemon, live: bool) -> Response<Full<Bytes>> {
     reply(code, "application/json", body.to_string())
 }
 
+/// Which endpoint a connection came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `--status-addr`: everything.
+    Status,
+    /// `--metrics-addr`: /metrics, /healthz and /livez.
+    Metrics,
+}
+
 async fn handle(
     d: Arc<Daemon>,
+    scope: Scope,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -61,6 +73,11 @@ async fn handle(
     Ok(match req.uri().path() {
         "/healthz" => health(&d, false),
         "/livez" => health(&d, true),
+        "/status" if scope == Scope::Metrics => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not served on the metrics address: /status is on --status-addr\n",
+        ),
         "/status" => {
             let body = serde_json::to_vec_pretty(&d.status()).unwrap_or_default();
             reply(StatusCode::OK, "application/json", body)
@@ -89,8 +106,10 @@ fn limits(d: &Daemon) -> Limits {
     }
 }
 
-/// Serve until the process ends, or a hand-over takes the listener.
-pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
+/// Serve until the process ends, or a hand-over takes the listener (the
+/// status endpoint's; the metrics endpoint's is not handed over: the new
+/// daemon binds its own beside it, [`bind_shared`]).
+pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>, scope: Scope) {
     let lot = d.shared.lot.clone();
     let guard = lot.guard();
     let park = lot.token();
@@ -99,7 +118,7 @@ pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
     loop {
         let accepted = tokio::select! {
             biased;
-            () = park.cancelled() => {
+            () = park.cancelled(), if scope == Scope::Status => {
                 match listener.into_std() {
                     Ok(l) => lot.park(crate::parking::Item::Status(l)),
                     Err(e) => tracing::warn!(error = %e, "cannot hand the status listener over"),
@@ -126,9 +145,25 @@ pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>) {
             stream,
             limits,
             slot,
-            move |req| handle(d.clone(), req),
+            move |req| handle(d.clone(), scope, req),
         ));
     }
+}
+
+/// A listener on `addr` with SO_REUSEPORT: a daemon taking over binds the
+/// metrics address while the one handing over still serves it (both
+/// answer alike), and the old one's goes when it exits.
+pub fn bind_shared(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM.nonblocking().cloexec(),
+        None,
+    )?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.bind(&addr.into())?;
+    s.listen(128)?;
+    tokio::net::TcpListener::from_std(s.into())
 }
 
 /// After a failed accept: at the open-file limit, accept with the fds

@@ -241,7 +241,7 @@ async fn accept_loop(
         let ingress = sockopt::ingress_ifindex(&client, v6);
         if ctx.refuses(peer, Some(local), ingress) {
             Counters::inc(&ctx.forward.counters.refused);
-            tracing::debug!(%peer, ?ingress, "refused a connection (private side, or not an allowed source)");
+            tracing::debug!(%peer, ingress = %ingress.map_or("unknown".to_string(), |i| i.to_string()), "refused a connection (private side, or not an allowed source)");
             let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
             continue;
         }

@@ -32,19 +32,33 @@ mod webhook;
 mod workers;
 
 use anyhow::Context;
-use clap::Parser;
-use config::{Cli, Command, RunArgs};
+use config::{Command, RunArgs};
 use daemon::Daemon;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::time::Duration;
+
+/// The commit this binary was built from (build.rs: `git rev-parse`, or
+/// `EDGELINK_COMMIT` where the build has no .git; else "unknown").
+pub const COMMIT: &str = env!("EDGELINK_COMMIT");
+/// What `--version` prints after the name.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("EDGELINK_COMMIT"),
+    ")"
+);
 
 /// sysexits' EX_USAGE: a bad flag or value.
 const EX_USAGE: i32 = 64;
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match config::parse(std::env::args_os().collect()) {
         Ok(c) => c,
-        Err(e) => {
+        Err(config::ParseError::Config(e)) => {
+            eprintln!("edgelinkd: {e}");
+            std::process::exit(EX_USAGE);
+        }
+        Err(config::ParseError::Clap(e)) => {
             let usage = !matches!(
                 e.kind(),
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
@@ -65,12 +79,15 @@ fn main() {
         }
     };
     let result = match cli.command {
-        Command::Run(args) => rt.block_on(run(args)),
+        Command::Run(args) => rt.block_on(run(args)).map(|()| 0),
         Command::Status(args) => rt.block_on(status_cli::run(args)),
     };
-    if let Err(e) = result {
-        eprintln!("edgelinkd: {e:#}");
-        std::process::exit(1);
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("edgelinkd: {e:#}");
+            std::process::exit(1);
+        }
     }
 }
 
@@ -113,11 +130,15 @@ fn raise_nofile_limit() {
 
 async fn run(mut args: RunArgs) -> anyhow::Result<()> {
     let level: tracing::Level = args.log_level.parse().unwrap_or(tracing::Level::INFO);
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    if args.log_format == "json" {
+        logs.json().flatten_event(true).init();
+    } else {
+        logs.init();
+    }
 
     raise_nofile_limit();
     // Everything is validated (clap) before anything is bound.
@@ -222,7 +243,11 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
         }
     };
     tokio::spawn(control::serve(control, d.clone()));
-    tokio::spawn(http::serve(status_listener, d.clone()));
+    tokio::spawn(http::serve(status_listener, d.clone(), http::Scope::Status));
+    if let Some(addr) = args.metrics_addr {
+        let l = http::bind_shared(addr).with_context(|| format!("--metrics-addr {addr}"))?;
+        tokio::spawn(http::serve(l, d.clone(), http::Scope::Metrics));
+    }
     watch::start(d.clone()).context("watching the attachment records")?;
     if let Some(url) = &args.status_webhook {
         webhook::start(d.clone(), url.clone())?;

@@ -8,8 +8,11 @@ use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
+
+mod process;
 
 type Labels = Vec<(String, String)>;
 
@@ -281,7 +284,23 @@ pub fn render(d: &Daemon) -> String {
         "Splice pipes holding data in flight",
         d.pipes.stats().in_use as i64,
     );
+    reg.register(
+        "build",
+        "The edgelinkd binary: its version and the commit it was built from",
+        Info::new(vec![
+            ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+            ("commit".to_string(), crate::COMMIT.to_string()),
+        ]),
+    );
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
+    // The process_* metrics have no prefix: one registry of their own,
+    // in the same exposition (one `# EOF`, at the end).
+    let mut process = Registry::default();
+    process::Process::read().register(&mut process);
+    if let Some(body) = out.strip_suffix("# EOF\n") {
+        out.truncate(body.len());
+    }
+    let _ = encode(&mut out, &process);
     out
 }

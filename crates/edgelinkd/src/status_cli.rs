@@ -1,7 +1,14 @@
-//! `edgelinkd status`: a running daemon's /status as a table.
+//! `edgelinkd status`: a running daemon's /status as a table, narrowed to
+//! a namespace, a pod or a forward, with an exit status for scripts and
+//! probes: 0 when everything shown is well, [`EXIT_UNWELL`] when a listener
+//! failed, a target is unreachable, an attachment failed or a record is
+//! malformed; 1 when the daemon cannot be asked.
 
 use crate::config::StatusArgs;
-use crate::model::Status;
+use crate::model::{AttachmentStatus, ForwardStatus, Status};
+
+/// Something shown is not well.
+pub const EXIT_UNWELL: i32 = 2;
 
 fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -20,24 +27,28 @@ fn human(bytes: u64) -> String {
 
 /// The table's columns: header, and whether numbers are right-aligned.
 /// The last one (target state / last error) is never padded.
-const COLUMNS: [(&str, bool); 10] = [
+const COLUMNS: [(&str, bool); N] = [
     ("POD", false),
+    ("ADDRESS", false),
     ("FORWARD", false),
     ("TARGET", false),
     ("LISTENER", false),
     ("ACTIVE", true),
     ("TOTAL", true),
+    ("QUEUED", true),
+    ("REFUSED", true),
     ("TO-TARGET", true),
     ("TO-CLIENT", true),
     ("ERRORS", true),
     ("TARGET-STATE / LAST ERROR", false),
 ];
+const N: usize = 13;
 
 /// Lay out `rows` under [`COLUMNS`]: each column as wide as its widest
 /// cell (header included), two spaces between columns, so a long pod,
 /// forward or target name moves the later columns instead of pushing its
 /// own line out of them. Widths count characters, not bytes.
-fn layout(rows: &[[String; 10]]) -> String {
+fn layout(rows: &[[String; N]]) -> String {
     let mut widths = COLUMNS.map(|(h, _)| h.chars().count());
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -65,10 +76,100 @@ fn layout(rows: &[[String; 10]]) -> String {
     out
 }
 
+/// What `--namespace`, `--pod` and `--forward` keep.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub namespace: Option<String>,
+    /// A pod's name, or `namespace/name`.
+    pub pod: Option<String>,
+    pub forward: Option<String>,
+}
+
+impl Filter {
+    fn attachment(&self, a: &AttachmentStatus) -> bool {
+        let ns = a.pod_namespace.as_deref().unwrap_or("");
+        let name = a.pod_name.as_deref().unwrap_or("");
+        self.namespace.as_deref().is_none_or(|n| n == ns)
+            && self.pod.as_deref().is_none_or(|p| match p.split_once('/') {
+                Some((pns, pname)) => pns == ns && pname == name,
+                None => p == name,
+            })
+            && (self.forward.is_none() || a.forwards.iter().any(|f| self.forward_ok(f)))
+    }
+
+    fn forward_ok(&self, f: &ForwardStatus) -> bool {
+        self.forward.as_deref().is_none_or(|n| n == f.name)
+    }
+
+    /// `s` with only what the filter keeps.
+    pub fn apply(&self, s: &Status) -> Status {
+        let mut s = s.clone();
+        s.attachments.retain(|a| self.attachment(a));
+        for a in &mut s.attachments {
+            a.forwards.retain(|f| self.forward_ok(f));
+        }
+        if self.namespace.is_some() || self.pod.is_some() || self.forward.is_some() {
+            s.malformed_records.clear();
+        }
+        s
+    }
+}
+
+/// What is not well in `s`, one line each (empty: all well).
+pub fn unwell(s: &Status) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in &s.attachments {
+        let pod = pod_of(a);
+        if a.state == "failed" {
+            out.push(format!(
+                "{pod}: attachment failed: {}",
+                a.error.as_deref().unwrap_or("")
+            ));
+        }
+        for f in &a.forwards {
+            if matches!(f.listener.as_str(), "failed" | "refused") {
+                out.push(format!("{pod}: forward {} is {}", f.name, f.listener));
+            }
+            if f.reachability.state == "unreachable" {
+                out.push(format!(
+                    "{pod}: forward {}: target {} is unreachable",
+                    f.name, f.target
+                ));
+            }
+        }
+    }
+    for m in &s.malformed_records {
+        out.push(format!("malformed record {}", m.path));
+    }
+    out
+}
+
+fn pod_of(a: &AttachmentStatus) -> String {
+    format!(
+        "{}/{}",
+        a.pod_namespace.as_deref().unwrap_or("-"),
+        a.pod_name
+            .as_deref()
+            .unwrap_or(&a.container_id[..a.container_id.len().min(12)])
+    )
+}
+
+/// The attachment's addresses, without their prefix length.
+fn address(a: &AttachmentStatus) -> String {
+    let ips: Vec<String> = a.interface.ips.iter().map(|n| n.ip().to_string()).collect();
+    if ips.is_empty() {
+        "-".into()
+    } else {
+        ips.join(",")
+    }
+}
+
 /// `/status` as a table: one line per forward. ACTIVE and TOTAL are the
 /// forward's connections (a UDP forward's sessions, see
-/// docs/configuration.md#counters); ERRORS adds connect errors and
-/// connections that ended with an error.
+/// docs/configuration.md#counters); QUEUED the clients waiting now for a
+/// place under `maxConnections`; REFUSED the connections and datagrams
+/// refused (from the private side, or not an allowed source); ERRORS adds
+/// connect errors and connections that ended with an error.
 pub fn table(s: &Status) -> String {
     let mut out = format!(
         "node {}  attachments {}  reclaimed {}{}\n",
@@ -77,20 +178,16 @@ pub fn table(s: &Status) -> String {
         s.reclaimed_total,
         if s.draining { "  DRAINING" } else { "" }
     );
-    let mut rows: Vec<[String; 10]> = Vec::new();
+    let mut rows: Vec<[String; N]> = Vec::new();
     for a in &s.attachments {
-        let pod = format!(
-            "{}/{}",
-            a.pod_namespace.as_deref().unwrap_or("-"),
-            a.pod_name
-                .as_deref()
-                .unwrap_or(&a.container_id[..a.container_id.len().min(12)])
-        );
+        let pod = pod_of(a);
+        let addr = address(a);
         if a.forwards.is_empty() {
-            let mut row: [String; 10] = Default::default();
+            let mut row: [String; N] = Default::default();
             row[0] = pod.clone();
-            row[1] = "(no forwards)".into();
-            row[9] = a.error.clone().unwrap_or_default();
+            row[1] = addr.clone();
+            row[2] = "(no forwards)".into();
+            row[N - 1] = a.error.clone().unwrap_or_default();
             rows.push(row);
         }
         for f in &a.forwards {
@@ -103,6 +200,7 @@ pub fn table(s: &Status) -> String {
             };
             rows.push([
                 pod.clone(),
+                addr.clone(),
                 format!(
                     "{}/{}{}",
                     f.name,
@@ -113,6 +211,8 @@ pub fn table(s: &Status) -> String {
                 f.listener.clone(),
                 f.active_connections.to_string(),
                 f.total_connections.to_string(),
+                f.queued.to_string(),
+                f.refused.to_string(),
                 human(f.bytes_to_target),
                 human(f.bytes_to_client),
                 (f.connect_errors + f.errors).to_string(),
@@ -134,20 +234,30 @@ pub fn table(s: &Status) -> String {
     out
 }
 
-pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+/// Print the status; the exit status: 0, or [`EXIT_UNWELL`].
+pub async fn run(args: StatusArgs) -> anyhow::Result<i32> {
     let (code, body) = crate::http::get(args.status_addr, "/status")
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach edgelinkd at {}: {e}", args.status_addr))?;
     if code != 200 {
         anyhow::bail!("edgelinkd at {} answered {code}: {body}", args.status_addr);
     }
+    let filter = Filter {
+        namespace: args.namespace,
+        pod: args.pod,
+        forward: args.forward,
+    };
+    let s = filter.apply(&serde_json::from_str::<Status>(&body)?);
+    let bad = unwell(&s);
     if args.json {
-        println!("{body}");
-        return Ok(());
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        print!("{}", table(&s));
+        for b in &bad {
+            println!("NOT WELL: {b}");
+        }
     }
-    let s: Status = serde_json::from_str(&body)?;
-    print!("{}", table(&s));
-    Ok(())
+    Ok(if bad.is_empty() { 0 } else { EXIT_UNWELL })
 }
 
 #[cfg(test)]
@@ -308,9 +418,12 @@ mod tests {
         let t = table(&s);
         let lines: Vec<&str> = t.lines().collect();
         // Each column is as wide as its widest cell: "hil/p", "api/tcp".
-        assert!(lines[1].starts_with("POD    FORWARD  TARGET  "), "{t}");
         assert!(
-            lines[2].starts_with("hil/p  api/tcp  172.17.16.120:5000"),
+            lines[1].starts_with("POD    ADDRESS  FORWARD  TARGET  "),
+            "{t}"
+        );
+        assert!(
+            lines[2].starts_with("hil/p  -        api/tcp  172.17.16.120:5000"),
             "{t}"
         );
     }

@@ -29,6 +29,7 @@ mod review3_limits;
 mod review3_listeners;
 mod review3_segments;
 mod security;
+mod settings;
 mod tcp;
 mod udp;
 mod visibility;

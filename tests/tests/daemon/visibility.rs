@@ -3,7 +3,7 @@
 
 use crate::lab::*;
 use edgelink_tests::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,8 +183,8 @@ fn a_udp_forwards_sessions_are_its_connections_in_status_metrics_and_the_table()
         .unwrap_or_else(|| panic!("no telemetry row: {table}"))
         .split_whitespace()
         .collect();
-    // POD FORWARD TARGET LISTENER ACTIVE TOTAL ...
-    assert_eq!(row[5], "3", "TOTAL: {table}");
+    // POD ADDRESS FORWARD TARGET LISTENER ACTIVE TOTAL ...
+    assert_eq!(row[6], "3", "TOTAL: {table}");
 }
 
 #[test]
@@ -263,6 +263,82 @@ fn edgelinkd_status_prints_a_table_naming_the_pod_and_its_forwards() {
     assert!(err.contains("cannot reach edgelinkd"), "{err}");
     // Refused at once on loopback; the bound only proves it does not hang.
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}
+
+/// Issue 21: `edgelinkd status` narrowed to a namespace, a pod or a
+/// forward, with net1's address, QUEUED and REFUSED, and an exit status a
+/// script or probe can use: 0 all well, 2 something shown is not.
+#[test]
+fn edgelinkd_status_filters_shows_the_address_and_says_by_its_exit_status_what_is_unwell() {
+    let l = DLab::with_forwards(&["--probe-interval", "1"], json!([]));
+    l.wait_status(
+        Duration::from_secs(30),
+        "api reachable, down unreachable",
+        |s| {
+            forward_of(s, "api")["reachability"]["state"] == "reachable"
+                && forward_of(s, "down")["reachability"]["state"] == "unreachable"
+        },
+    );
+    let node = l.lab.node.name.clone();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &node])
+            .arg(daemon_bin())
+            .args(["status", "--status-addr", "127.0.0.1:9310"])
+            .args(args)
+            .output()
+            .expect("edgelinkd status");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let header = |t: &str| t.lines().nth(1).unwrap_or("").to_string();
+
+    // Everything: "down" is unreachable, so not well.
+    let (code, t) = run(&[]);
+    assert_eq!(code, Some(2), "{t}");
+    assert!(
+        t.contains(&format!(
+            "NOT WELL: hil/proxy-0: forward down: target {DEAD_IP}:{DOWN} is unreachable"
+        )),
+        "{t}"
+    );
+    for h in ["ADDRESS", "QUEUED", "REFUSED"] {
+        assert!(header(&t).contains(h), "{h}: {t}");
+    }
+    let api = t
+        .lines()
+        .find(|r| r.contains("api/tcp"))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(api.contains(&l.net1_ip()), "net1's address: {api}");
+
+    // One forward that is well: only its row, exit 0.
+    let (code, t) = run(&["--forward", "api"]);
+    assert_eq!(code, Some(0), "{t}");
+    let rows: Vec<&str> = t.lines().filter(|r| r.starts_with("hil/")).collect();
+    assert_eq!(rows.len(), 1, "{t}");
+    assert!(rows[0].contains("api/tcp"), "{t}");
+    let (code, t) = run(&["--pod", "hil/proxy-0", "--forward", "down"]);
+    assert_eq!(code, Some(2), "{t}");
+    assert!(
+        t.lines()
+            .filter(|r| r.starts_with("hil/"))
+            .all(|r| r.contains("down/tcp")),
+        "{t}"
+    );
+    // Another namespace: nothing shown, nothing unwell; --json keeps the filter.
+    let (code, t) = run(&["-n", "elsewhere"]);
+    assert_eq!(code, Some(0), "{t}");
+    assert!(!t.contains("hil/"), "{t}");
+    let (code, t) = run(&["--namespace", "hil", "--forward", "api", "--json"]);
+    assert_eq!(code, Some(0), "{t}");
+    let j: Value = serde_json::from_str(&t).expect("--json is JSON");
+    assert_eq!(
+        j["attachments"][0]["forwards"].as_array().map(Vec::len),
+        Some(1),
+        "{j:#}"
+    );
 }
 
 /// A tiny HTTP receiver in `ns` on `port`: records each request's
