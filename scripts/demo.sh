@@ -131,7 +131,7 @@ cat > "$STATE/plant-floor.json" <<JSON
 {"cniVersion": "1.0.0", "name": "plant-floor", "type": "edgelink",
  "mode": "bridge", "bridge": "edge0", "uplink": "uplink0", "stateDir": "$STATE",
  "ipam": {"ranges": [[{"subnet": "172.17.16.0/24", "rangeStart": "172.17.16.200",
-          "rangeEnd": "172.17.16.250", "gateway": "172.17.16.1"}]], "nodeName": "kedge1"},
+          "rangeEnd": "172.17.16.229", "gateway": "172.17.16.1"}]], "nodeName": "kedge1"},
  "forwards": [
    {"name": "api",       "protocol": "tcp", "port": 8080, "target": "172.17.16.120:8080",
     "maxConnections": 8, "connectRetries": 2},
@@ -142,6 +142,8 @@ cat > "$STATE/plant-floor.json" <<JSON
  "reverse": [
    {"name": "mqtt",      "protocol": "tcp", "port": 1883, "target": "10.244.1.20:1883"}]}
 JSON
+# Its own range (.230-.240), beside the bridge network's (.200-.229): two
+# networks must not share addresses (docs/configuration.md).
 cat > "$STATE/plant-floor-mv.json" <<JSON
 {"cniVersion": "1.0.0", "name": "plant-floor-mv", "type": "edgelink",
  "mode": "macvlan", "uplink": "uplink1", "stateDir": "$STATE",
