@@ -320,6 +320,11 @@ pub struct RunArgs {
     /// and every --status-webhook-interval (edgelink-operator's /v1/status).
     #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK", value_parser = webhook)]
     pub status_webhook: Option<String>,
+    /// The webhook's URL is this file's content, read again before each
+    /// POST and each second while idle (the DaemonSet mounts
+    /// edgelink-operator's ConfigMap here): missing or empty, no webhook.
+    #[arg(long, value_parser = absolute, conflicts_with = "status_webhook")]
+    pub status_webhook_file: Option<PathBuf>,
     /// Each status POST carries `Authorization: Bearer <this file's content>`.
     #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK_TOKEN_FILE", value_parser = absolute)]
     pub status_webhook_token_file: Option<PathBuf>,

@@ -249,8 +249,13 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(http::serve(l, d.clone(), http::Scope::Metrics));
     }
     watch::start(d.clone()).context("watching the attachment records")?;
-    if let Some(url) = &args.status_webhook {
-        webhook::start(d.clone(), url.clone())?;
+    let webhook = match (&args.status_webhook, &args.status_webhook_file) {
+        (Some(url), _) => Some(webhook::Source::Fixed(url.clone())),
+        (None, Some(file)) => Some(webhook::Source::File(file.clone())),
+        (None, None) => None,
+    };
+    if let Some(source) = webhook {
+        webhook::start(d.clone(), source)?;
     }
     tracing::info!(state_dir = %dir.display(), status_addr = %args.status_addr, node = %d.node, workers = workers.len(), "edgelinkd started");
 

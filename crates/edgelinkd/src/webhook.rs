@@ -1,20 +1,31 @@
-//! `--status-webhook URL`: POST the status JSON when attachments come or
-//! go, when a forward's listener or reachability changes (looked at each
+//! The status webhook: POST the status JSON when attachments come or go,
+//! when a forward's listener or reachability changes (looked at each
 //! second), and at least every `--status-webhook-interval` (the counters,
 //! and a heartbeat: edgelink-operator takes a node that stopped reporting
 //! as unknown). Only the latest state is sent; failures are retried with
-//! exponential backoff (1 s to 60 s). With `--status-webhook-token-file`
-//! each POST carries `Authorization: Bearer <the file's content>`, read
-//! at each POST so a rotated token is taken: with edgelink-operator, the
-//! pod's ServiceAccount token for the audience `edgelink-operator`, which
-//! the kubelet projects and renews and the operator has reviewed (it
-//! takes the report for the node of the pod the token is bound to only).
-//! It runs in its own task and never blocks a relay.
+//! exponential backoff (1 s to 60 s), each logged with its cause (the name
+//! did not resolve, the connection was refused, the token was refused).
+//!
+//! The URL is `--status-webhook URL`, fixed, or the content of
+//! `--status-webhook-file FILE`, read again before every POST and every
+//! second while idle: the DaemonSet mounts edgelink-operator's ConfigMap
+//! there, so a URL patched in while edgelinkd runs is taken within the
+//! kubelet's sync of the volume, without a restart. A file that is missing
+//! or empty means no webhook (yet).
+//!
+//! With `--status-webhook-token-file` each POST carries `Authorization:
+//! Bearer <the file's content>`, read at each POST so a rotated token is
+//! taken: with edgelink-operator, the pod's ServiceAccount token for the
+//! audience `edgelink-operator`, which the kubelet projects and renews and
+//! the operator has reviewed (it takes the report for the node of the pod
+//! the token is bound to only). It runs in its own task and never blocks a
+//! relay.
 
 use crate::daemon::Daemon;
 use bytes::Bytes;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +52,37 @@ fn parse(url: &str) -> anyhow::Result<Url> {
         port,
         path,
     })
+}
+
+/// Where the URL comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Fixed(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Fixed(u) => write!(f, "--status-webhook {u}"),
+            Source::File(p) => write!(f, "--status-webhook-file {}", p.display()),
+        }
+    }
+}
+
+impl Source {
+    /// The URL now; `None`: none configured (the file is missing or empty).
+    fn current(&self) -> Result<Option<String>, String> {
+        let p = match self {
+            Source::Fixed(u) => return Ok(Some(u.clone())),
+            Source::File(p) => p,
+        };
+        match std::fs::read_to_string(p) {
+            Ok(s) => Ok(Some(s.trim().to_string()).filter(|s| !s.is_empty())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", p.display())),
+        }
+    }
 }
 
 /// What makes a POST due at once: the attachments and, per forward, its
@@ -71,7 +113,7 @@ fn signature(s: &crate::model::Status) -> Vec<(String, String, String, String, S
         .collect()
 }
 
-fn token(file: &Option<std::path::PathBuf>) -> anyhow::Result<Option<String>> {
+fn token(file: &Option<PathBuf>) -> anyhow::Result<Option<String>> {
     let Some(f) = file else { return Ok(None) };
     let t = std::fs::read_to_string(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
     let t = t.trim();
@@ -79,13 +121,37 @@ fn token(file: &Option<std::path::PathBuf>) -> anyhow::Result<Option<String>> {
     Ok(Some(t.to_string()))
 }
 
-async fn post(url: &Url, body: Vec<u8>, token: Option<String>) -> anyhow::Result<u16> {
-    let stream = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::net::TcpStream::connect((url.host.as_str(), url.port)),
-    )
-    .await??;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+/// POST `body` to `url`; the error says which step failed and why, as a
+/// user would look for it.
+async fn post(url: &Url, body: Vec<u8>, token: Option<String>) -> Result<(), String> {
+    const WAIT: Duration = Duration::from_secs(5);
+    let host = url.host.as_str();
+    let addrs = match tokio::time::timeout(WAIT, tokio::net::lookup_host((host, url.port))).await {
+        Err(_) => return Err(format!("cannot resolve {host}: no answer within {WAIT:?}")),
+        Ok(Err(e)) => {
+            return Err(format!(
+                "cannot resolve {host}: {e} (where the node has no cluster DNS, put the Service's ClusterIP in the URL)"
+            ))
+        }
+        Ok(Ok(a)) => a.collect::<Vec<_>>(),
+    };
+    let addr = *addrs
+        .first()
+        .ok_or_else(|| format!("{host} resolves to no address"))?;
+    let stream = match tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(addr)).await {
+        Err(_) => return Err(format!("no answer from {addr} within {WAIT:?}")),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(format!(
+                "{addr} refused the connection (nothing listens there)"
+            ))
+        }
+        Ok(Err(e)) => return Err(format!("cannot connect to {addr}: {e}")),
+        Ok(Ok(s)) => s,
+    };
+    let fail = |e: &dyn std::fmt::Display| format!("{addr}: {e}");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| fail(&e))?;
     tokio::spawn(conn);
     let mut req = Request::post(&url.path)
         .header("host", format!("{}:{}", url.host, url.port))
@@ -93,64 +159,138 @@ async fn post(url: &Url, body: Vec<u8>, token: Option<String>) -> anyhow::Result
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
-    let req = req.body(http_body_util::Full::new(Bytes::from(body)))?;
-    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req)).await??;
-    Ok(resp.status().as_u16())
+    let req = req
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .map_err(|e| fail(&e))?;
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .map_err(|_| format!("{addr} took the request but did not answer within 10 s"))?
+        .map_err(|e| fail(&e))?;
+    let code = resp.status().as_u16();
+    if (200..300).contains(&code) {
+        return Ok(());
+    }
+    use http_body_util::BodyExt;
+    let said = tokio::time::timeout(WAIT, resp.into_body().collect())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|b| {
+            String::from_utf8_lossy(&b.to_bytes())
+                .trim()
+                .chars()
+                .take(200)
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    let why = match code {
+        401 | 403 => " (the token was refused)",
+        _ => "",
+    };
+    Err(format!("{addr} answered {code}{why}: {said:?}"))
 }
 
-pub fn start(d: Arc<Daemon>, url: String) -> anyhow::Result<()> {
-    let target = parse(&url)?;
+/// Start the webhook task, if a URL or a URL file is given.
+pub fn start(d: Arc<Daemon>, source: Source) -> anyhow::Result<()> {
+    if let Ok(Some(url)) = source.current() {
+        parse(&url)?;
+    }
     let token_file = d.args.status_webhook_token_file.clone();
     token(&token_file)?;
+    tokio::spawn(run(d, source, token_file));
+    Ok(())
+}
+
+/// Wait up to `wait`, or until the URL differs from `url`; true if it did.
+async fn url_changes(source: &Source, url: &str, wait: Duration) -> bool {
+    let end = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1).min(end - tokio::time::Instant::now())).await;
+        if source.current().ok().flatten().as_deref() != Some(url) {
+            return true;
+        }
+    }
+    false
+}
+
+async fn run(d: Arc<Daemon>, source: Source, token_file: Option<PathBuf>) {
     let every = d.args.status_webhook_interval;
     let mut changes = d.changes.subscribe();
-    tokio::spawn(async move {
-        let mut backoff = Duration::from_secs(1);
+    let mut backoff = Duration::from_secs(1);
+    let mut last: Option<String> = None;
+    // Why nothing is posted, as last logged (said once, not every second).
+    let mut idle: Option<String> = None;
+    loop {
+        let url = match source.current() {
+            Ok(Some(u)) => u,
+            other => {
+                let why = match other {
+                    Err(e) => format!("cannot read the URL: {e}"),
+                    _ => format!("{source} names no URL"),
+                };
+                if idle.as_deref() != Some(why.as_str()) {
+                    tracing::info!("status webhook: {why}: not posting");
+                    idle = Some(why);
+                }
+                last = None;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        idle = None;
+        if last.as_deref() != Some(url.as_str()) {
+            tracing::info!(%url, "status webhook: posting to this URL");
+            last = Some(url.clone());
+            backoff = Duration::from_secs(1);
+        }
+        let target = match parse(&url) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "status webhook failed: the URL is not usable; waiting for another");
+                while !url_changes(&source, &url, Duration::from_secs(3600)).await {}
+                continue;
+            }
+        };
+        changes.borrow_and_update();
+        let status = d.status();
+        let sent = signature(&status);
+        let body = serde_json::to_vec(&status).unwrap_or_default();
+        let outcome = match token(&token_file) {
+            Ok(t) => post(&target, body, t).await,
+            Err(e) => Err(format!("the token: {e}")),
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(%url, error = %e, retry_in = %humantime::format_duration(backoff), "status webhook failed");
+            url_changes(&source, &url, backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(60));
+            continue;
+        }
+        backoff = Duration::from_secs(1);
+        let due = tokio::time::Instant::now() + every;
+        // Until something is worth telling, the heartbeat, or a new URL.
         loop {
-            changes.borrow_and_update();
-            let status = d.status();
-            let sent = signature(&status);
-            let body = serde_json::to_vec(&status).unwrap_or_default();
-            let outcome = match token(&token_file) {
-                Ok(t) => post(&target, body, t).await,
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(code) if (200..300).contains(&code) => {
-                    backoff = Duration::from_secs(1);
-                    let due = tokio::time::Instant::now() + every;
-                    // Until something is worth telling, or the heartbeat.
-                    loop {
-                        tokio::select! {
-                            r = changes.changed() => {
-                                if r.is_err() {
-                                    return;
-                                }
-                                break;
-                            }
-                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        }
-                        if (!every.is_zero() && tokio::time::Instant::now() >= due)
-                            || signature(&d.status()) != sent
-                        {
-                            break;
-                        }
+            tokio::select! {
+                r = changes.changed() => {
+                    if r.is_err() {
+                        return;
                     }
+                    break;
                 }
-                outcome => {
-                    tracing::warn!(?outcome, url = %url, retry_in = ?backoff, "status webhook failed");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(60));
-                }
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            if (!every.is_zero() && tokio::time::Instant::now() >= due)
+                || signature(&d.status()) != sent
+                || source.current().ok().flatten().as_deref() != Some(url.as_str())
+            {
+                break;
             }
         }
-    });
-    Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, Source};
 
     #[test]
     fn parses_http_urls() {
@@ -165,5 +305,25 @@ mod tests {
             ("collector", 80, "/")
         );
         assert!(parse("https://x").is_err());
+    }
+
+    #[test]
+    fn a_url_file_is_read_again_and_missing_or_empty_means_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("url");
+        let s = Source::File(f.clone());
+        assert_eq!(s.current(), Ok(None));
+        std::fs::write(&f, "\n").unwrap();
+        assert_eq!(s.current(), Ok(None));
+        std::fs::write(&f, "http://10.0.0.5:8080/v1/status\n").unwrap();
+        assert_eq!(
+            s.current(),
+            Ok(Some("http://10.0.0.5:8080/v1/status".into()))
+        );
+        std::fs::write(&f, "http://10.0.0.6:8080/v1/status").unwrap();
+        assert_eq!(
+            s.current(),
+            Ok(Some("http://10.0.0.6:8080/v1/status".into()))
+        );
     }
 }

@@ -33,3 +33,4 @@ mod settings;
 mod tcp;
 mod udp;
 mod visibility;
+mod webhook_file;

@@ -343,14 +343,23 @@ fn edgelinkd_status_filters_shows_the_address_and_says_by_its_exit_status_what_i
 
 /// A tiny HTTP receiver in `ns` on `port`: records each request's
 /// (request line, body) and answers 204. Stops on drop (bounded anyway).
-struct Receiver {
-    got: Arc<Mutex<Vec<(String, String)>>>,
+pub(crate) struct Receiver {
+    pub(crate) got: Arc<Mutex<Vec<(String, String)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Receiver {
-    fn start(ns: &Netns, port: u16) -> Receiver {
+    pub(crate) fn start(ns: &Netns, port: u16) -> Receiver {
+        Receiver::start_answering(
+            ns,
+            port,
+            b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+    }
+
+    /// [`Receiver::start`], answering every request with `answer`.
+    pub(crate) fn start_answering(ns: &Netns, port: u16, answer: &'static [u8]) -> Receiver {
         let l = in_netns(ns, || {
             std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the receiver")
         });
@@ -389,9 +398,7 @@ impl Receiver {
                         }
                     }
                 };
-                let _ = c.write_all(
-                    b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                );
+                let _ = c.write_all(answer);
                 if !head.is_empty() {
                     g.lock().unwrap().push((head, body));
                 }
