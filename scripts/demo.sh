@@ -49,7 +49,7 @@ down() {
         [[ -z $pids ]] || kill $pids 2>/dev/null || true
     done
     for ns in "${ALL[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-    rm -rf "$STATE"
+    rm -rf "$STATE" "$STATE.log"
 }
 
 if [[ ${1:-} == --down ]]; then down; exit 0; fi
@@ -71,6 +71,10 @@ KEEP=1: the lab is up. Try:
 Tear it down with:  scripts/demo.sh --down
 EOT
         return
+    fi
+    if [[ $rc != 0 && -s $STATE.log ]]; then
+        echo "demo: edgelinkd's last log lines:" >&2
+        tail -n 20 "$STATE.log" >&2
     fi
     down
     [[ $rc == 0 ]] || echo "demo: FAILED (exit $rc); lab torn down" >&2
@@ -162,15 +166,22 @@ python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["prevResult"]=jso
 cni CHECK proxy-0 $POD "$STATE/proxy-0.check" && echo "CHECK proxy-0: interface, address, reservation, record and the daemon's listeners are fine"
 
 say "the client (10.244.1.20) talks to device01-01 through the proxy pod's forwards"
+# Every line alike: bytes are the clients' payload both ways (TCP: what
+# the relay's TO-TARGET + TO-CLIENT count; HTTP: requests and answers,
+# head and body; UDP: datagram payloads); rtt is the median of N round
+# trips on one connection (or socket).
 summary=()
+line() { # line NAME PROTO FROM TARGET RESULT...
+    printf '%-10s %-4s %-13s -> %-20s %s' "$@"
+}
 row() { # row NAME PROTO TARGET CLIENT-CMD...
     local name=$1 proto=$2 target=$3; shift 3
     local out bytes rtt
     if out=$(ip netns exec $CLIENT "$@" 2>&1); then
         read -r _ bytes rtt <<<"$out"
-        summary+=("$(printf '%-10s %-4s 10.244.1.10 -> %-20s OK    %8d bytes  rtt %5d µs' "$name" "$proto" "$target" "$bytes" "$rtt")")
+        summary+=("$(line "$name" "$proto" 10.244.1.10 "$target" "$(printf 'OK   %8d bytes  rtt median %5d µs of %s' "$bytes" "$rtt" "${*: -1}")")")
     else
-        summary+=("$(printf '%-10s %-4s 10.244.1.10 -> %-20s FAIL  %s' "$name" "$proto" "$target" "$out")")
+        summary+=("$(line "$name" "$proto" 10.244.1.10 "$target" "FAIL $out")")
         FAILED=1
     fi
 }
@@ -183,7 +194,7 @@ row telemetry udp 172.17.16.120:5000 python3 scripts/lab/echo.py udp-ping 10.244
 row api-kernel tcp 172.17.16.120:8080 python3 scripts/lab/echo.py ping 10.244.1.10 9080 500
 out=$(ip netns exec $PODMV python3 scripts/lab/echo.py ping 172.17.16.120 8080 100)
 read -r _ bytes rtt <<<"$out"
-summary+=("$(printf '%-10s %-4s pod-mv direct over macvlan net1 -> 172.17.16.120:8080  OK  %d bytes  rtt %d µs' direct tcp "$bytes" "$rtt")")
+summary+=("$(line direct tcp "pod-mv net1" 172.17.16.120:8080 "$(printf 'OK   %8d bytes  rtt median %5d µs of 100  (macvlan, no relay)' "$bytes" "$rtt")")")
 printf '%s\n' "${summary[@]}"
 
 say "the other way: device01-01 publishes to the collector (10.244.1.20:1883) through the pod's reverse forward"
@@ -205,10 +216,12 @@ for _ in $(seq 50); do
 done
 if [[ -n $got ]]; then
     echo "collector 10.244.1.20:1883 received $got"
-    summary+=("$(printf '%-10s %-4s %s -> %-18s OK    %8d bytes  rtt %5d µs  (reverse: device01-01 -> collector)' mqtt tcp "$NET1" 10.244.1.20:1883 "$bytes" "$rtt")")
+    # One round trip, and the first of its connection: it includes
+    # edgelinkd's connect to the collector, made when the device connected.
+    summary+=("$(line mqtt tcp "$NET1" 10.244.1.20:1883 "$(printf 'OK   %8d bytes  rtt        %5d µs of 1    (reverse, with the relay'"'"'s connect)' "$bytes" "$rtt")")")
 else
     echo "collector 10.244.1.20:1883 received nothing; its log:"; cat "$STATE/collector.log"
-    summary+=("$(printf '%-10s %-4s %s -> %-18s FAIL  the line did not arrive (reverse: device01-01 -> collector)' mqtt tcp "$NET1" 10.244.1.20:1883)")
+    summary+=("$(line mqtt tcp "$NET1" 10.244.1.20:1883 "FAIL the line did not arrive (reverse: device01-01 -> collector)")")
     FAILED=1
 fi
 # Nothing else of the cluster is reachable from the segment.
@@ -228,7 +241,14 @@ echo "$st"
 grep -q 'mqtt/tcp (reverse)' <<<"$st" || { echo "demo: the status does not list the reverse forward mqtt/tcp" >&2; FAILED=1; }
 get /metrics | grep -E '^edgelink_(bytes_to_target|connections)_total' | head -6
 
-if [[ -n $KEEP ]]; then [[ $FAILED == 0 ]]; exit; fi
+echo "(TO-TARGET/TO-CLIENT: payload bytes for relayed forwards; the kernel path's are nftables' packet counts, IP and TCP headers and the handshake included, so more for the same traffic)"
+
+if [[ -n $KEEP ]]; then
+    say "summary"
+    printf '%s\n' "${summary[@]}"
+    [[ $FAILED == 0 ]]
+    exit
+fi
 
 say "DEL: the listeners close, addresses and records are released"
 cni DEL proxy-0 $POD "$STATE/proxy-0.check"

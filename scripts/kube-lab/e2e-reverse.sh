@@ -178,8 +178,8 @@ YAML
   grep -E "$REV_POD|POD" <<<"$st" | sed 's/^/     | /'
   note "/status collector: direction $(rev_field "$REV_POD" collector direction), listen $(rev_field "$REV_POD" collector listen), allowedSources $(rev_field "$REV_POD" collector allowedSources); collector-udp: listen $(rev_field "$REV_POD" collector-udp listen), allowedSources $(rev_field "$REV_POD" collector-udp allowedSources)"
   [[ $conf == *"\"$COLL_IP:$REV_PORT\""* && -n $REV_NET1 && $REV_NET1 == 172.17.16.* ]] &&
-    grep -Eq "hil/$REV_POD +collector/tcp \(reverse\) +$COLL_IP:$REV_PORT +listening" <<<"$st" &&
-    grep -Eq "hil/$REV_POD +collector-udp/udp \(reverse\) +$COLL_IP:$REV_PORT +listening" <<<"$st" &&
+    grep -Eq "hil/$REV_POD +$REV_NET1 +collector/tcp \(reverse\) +$COLL_IP:$REV_PORT +listening" <<<"$st" &&
+    grep -Eq "hil/$REV_POD +$REV_NET1 +collector-udp/udp \(reverse\) +$COLL_IP:$REV_PORT +listening" <<<"$st" &&
     [[ $(rev_field "$REV_POD" collector direction) == reverse ]] &&
     [[ $(rev_field "$REV_POD" collector listen) == "$REV_NET1:$REV_PORT" ]] &&
     [[ $(rev_field "$REV_POD" collector-udp allowedSources) == 172.17.16.0/24 ]]

@@ -8,9 +8,13 @@
                                      broker): prints "from PEER: LINE" for
                                      each line it receives, answers "ack"
     echo.py ping HOST PORT [N]       N TCP round trips of 64 bytes; prints
-                                     "ok <bytes> <median-rtt-us>" or fails
+                                     "ok <bytes> <median-rtt-us>" or fails;
+                                     bytes: the client's payload both ways
+                                     (what a relay's byte counters count)
     echo.py udp-ping HOST PORT [N]   the same over UDP (1 s timeout each)
-    echo.py http-get HOST PORT [N]   N GETs of /; same output
+    echo.py http-get HOST PORT [N]   N GETs of / on one connection; same
+                                     output (bytes: requests and answers,
+                                     head and body)
     echo.py publish HOST PORT TEXT   sends TEXT as one line to a collector,
                                      waits for its "ack"; same output
 
@@ -135,18 +139,48 @@ def udp_ping(host, port, n):
 
 
 def http_get(host, port, n):
-    import http.client
-    rtts, total = [], 0
-    conn = http.client.HTTPConnection(host, port, timeout=3)
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    req = b"GET / HTTP/1.1\r\nHost: device01-01\r\n\r\n"
+    rtts, total, c, buf = [], 0, None, b""
     for _ in range(n):
+        if c is None:
+            # A new connection when the server closed the last one (an
+            # HTTP/1.0 server, or Connection: close).
+            c = socket.socket(fam, socket.SOCK_STREAM)
+            c.settimeout(3)
+            c.connect((host, port))
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            buf = b""
         t = time.perf_counter()
-        conn.request("GET", "/")
-        r = conn.getresponse()
-        body = r.read()
+        c.sendall(req)
+        while b"\r\n\r\n" not in buf:
+            chunk = c.recv(65536)
+            if not chunk:
+                raise SystemExit("connection closed before the answer")
+            buf += chunk
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        fields = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            fields[k.strip().lower()] = v.strip().lower()
+        length = int(fields.get(b"content-length", b"0"))
+        while len(buf) < length:
+            chunk = c.recv(65536)
+            if not chunk:
+                raise SystemExit("connection closed in the body")
+            buf += chunk
+        body, buf = buf[:length], buf[length:]
         rtts.append(time.perf_counter() - t)
-        if r.status != 200 or b"device01-01" not in body:
-            raise SystemExit("bad HTTP answer %s" % r.status)
-        total += len(body)
+        status = lines[0].split()
+        if len(status) < 2 or status[1] != b"200" or b"device01-01" not in body:
+            raise SystemExit("bad HTTP answer %r" % lines[0])
+        total += len(req) + len(head) + 4 + len(body)
+        if lines[0].startswith(b"HTTP/1.0") or fields.get(b"connection") == b"close":
+            c.close()
+            c = None
+    if c is not None:
+        c.close()
     print("ok %d %d" % (total, statistics.median(rtts) * 1e6))
 
 
