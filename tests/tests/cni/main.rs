@@ -6,6 +6,7 @@
 mod bridge;
 mod bridge_options;
 mod crash;
+mod docs;
 mod errors;
 mod ipam;
 mod lifecycle;
