@@ -41,6 +41,7 @@ fn rename(text: &str, word: &str, to: &str) -> String {
         "ip netns add ",
         "ip netns del ",
         "ip netns exec ",
+        "ip netns pids ",
         "ip -n ",
         "bridge -n ",
         " netns ",
