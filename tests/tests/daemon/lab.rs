@@ -188,6 +188,17 @@ impl DLab {
         l
     }
 
+    /// The lab with the daemon's `flags`, nothing started: no daemon, no
+    /// ADD (the test starts them, `start_daemon` and `add`).
+    pub fn idle(flags: &[&str]) -> DLab {
+        DLab::with(Opts {
+            flags,
+            daemon: false,
+            add: false,
+            ..Default::default()
+        })
+    }
+
     pub fn with(opts: Opts<'_>) -> DLab {
         raise_nofile();
         let lab = Lab::new();

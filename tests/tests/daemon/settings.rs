@@ -34,6 +34,20 @@ fn spawn(ns: &Netns, state: &Path, args: &[&str], env: &[(&str, &str)]) -> Edgel
     }
 }
 
+/// `edgelinkd run --state-dir STATE ARGS` in `ns`, waited for: for runs
+/// that exit at once (refused, or `--help`).
+fn run_to_exit(ns: &Netns, state: &Path, args: &[&str]) -> std::process::Output {
+    let bin = daemon_bin();
+    let mut full = vec![
+        bin.to_str().unwrap(),
+        "run",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    full.extend_from_slice(args);
+    ns.exec(&full)
+}
+
 /// Whether something answers HTTP on `addr` in `ns` within 10 s.
 fn answers(ns: &Netns, addr: &str) -> bool {
     let sa: std::net::SocketAddr = addr.parse().unwrap();
@@ -147,14 +161,7 @@ fn a_config_file_that_names_no_flag_or_a_bad_value_is_refused_naming_it() {
     for (text, named) in cases {
         let conf = dir.path().join("bad.yaml");
         std::fs::write(&conf, text).unwrap();
-        let out = ns.exec(&[
-            daemon_bin().to_str().unwrap(),
-            "run",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--config",
-            conf.to_str().unwrap(),
-        ]);
+        let out = run_to_exit(&ns, &state, &["--config", conf.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{text}: {err}");
         for n in *named {
@@ -181,7 +188,6 @@ fn durations_take_units_and_bare_seconds() {
     let ns = Netns::new("settings-units");
     let state = tempfile::tempdir().unwrap();
     let sd = state.path().join("s");
-    let bin = daemon_bin();
     // --help after the values: clap checks every value first, then prints
     // the help and exits 0, binding nothing.
     for ok in [
@@ -191,15 +197,7 @@ fn durations_take_units_and_bare_seconds() {
         ["--connect-retry-backoff", "250ms"],
         ["--tcp-keepalive", "1m"],
     ] {
-        let out = ns.exec(&[
-            bin.to_str().unwrap(),
-            "run",
-            "--state-dir",
-            sd.to_str().unwrap(),
-            ok[0],
-            ok[1],
-            "--help",
-        ]);
+        let out = run_to_exit(&ns, &sd, &[ok[0], ok[1], "--help"]);
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -213,14 +211,7 @@ fn durations_take_units_and_bare_seconds() {
         ["--tcp-idle-timeout", "8d"],
         ["--grace-period", "2d"],
     ] {
-        let out = ns.exec(&[
-            bin.to_str().unwrap(),
-            "run",
-            "--state-dir",
-            sd.to_str().unwrap(),
-            bad[0],
-            bad[1],
-        ]);
+        let out = run_to_exit(&ns, &sd, &[bad[0], bad[1]]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{bad:?}: {err}");
         assert!(err.contains(bad[0]), "{bad:?}: {err}");

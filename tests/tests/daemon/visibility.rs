@@ -434,12 +434,7 @@ impl Drop for Receiver {
 
 #[test]
 fn the_status_webhook_posts_the_status_when_an_attachment_appears_and_goes() {
-    let mut l = DLab::with(Opts {
-        flags: &["--status-webhook", "http://127.0.0.1:18080/hook"],
-        daemon: false,
-        add: false,
-        ..Default::default()
-    });
+    let mut l = DLab::idle(&["--status-webhook", "http://127.0.0.1:18080/hook"]);
     // The receiver is not up yet when the daemon starts: the first POST
     // fails and is retried (backoff from 1 s).
     l.start_daemon();
@@ -526,12 +521,7 @@ fn the_status_webhook_posts_a_reachability_change_with_the_bearer_token() {
         "--probe-interval",
         "1",
     ];
-    let mut l = DLab::with(Opts {
-        flags: &flags,
-        daemon: false,
-        add: false,
-        ..Default::default()
-    });
+    let mut l = DLab::idle(&flags);
     let rx = Receiver::start(&l.lab.node, 18081);
     l.start_daemon();
     l.add();
@@ -584,17 +574,12 @@ fn the_status_webhook_posts_a_reachability_change_with_the_bearer_token() {
 /// tells the operator the node is alive.
 #[test]
 fn the_status_webhook_posts_at_least_every_interval_without_changes() {
-    let mut l = DLab::with(Opts {
-        flags: &[
-            "--status-webhook",
-            "http://127.0.0.1:18082/hook",
-            "--status-webhook-interval",
-            "1",
-        ],
-        daemon: false,
-        add: false,
-        ..Default::default()
-    });
+    let mut l = DLab::idle(&[
+        "--status-webhook",
+        "http://127.0.0.1:18082/hook",
+        "--status-webhook-interval",
+        "1",
+    ]);
     let rx = Receiver::start(&l.lab.node, 18082);
     l.start_daemon();
     l.add();

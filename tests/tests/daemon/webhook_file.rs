@@ -24,12 +24,7 @@ fn a_url_written_into_the_file_while_the_daemon_runs_is_taken_and_a_new_one_foll
         "--status-webhook-interval",
         "1",
     ];
-    let mut l = DLab::with(Opts {
-        flags: &flags,
-        daemon: false,
-        add: false,
-        ..Default::default()
-    });
+    let mut l = DLab::idle(&flags);
     let a = Receiver::start(&l.lab.node, 18090);
     let b = Receiver::start(&l.lab.node, 18091);
     l.start_daemon();
@@ -71,12 +66,7 @@ fn a_failed_post_says_why() {
     let url_file = dir.path().join("url");
     let f = url_file.to_str().unwrap().to_string();
     let flags = ["--status-webhook-file", &f];
-    let mut l = DLab::with(Opts {
-        flags: &flags,
-        daemon: false,
-        add: false,
-        ..Default::default()
-    });
+    let mut l = DLab::idle(&flags);
     let denied = Receiver::start_answering(
         &l.lab.node,
         18093,
