@@ -22,16 +22,20 @@ fn main() {
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=EDGELINK_COMMIT={commit}");
-    // HEAD, and the branch it names, move with each commit.
-    for path in [
-        Some("HEAD".to_string()),
-        git(&["symbolic-ref", "-q", "HEAD"]),
-    ]
-    .into_iter()
-    .flatten()
+    // HEAD, the branch it names and packed-refs (where a branch lives
+    // after `git pack-refs`) move with each commit. Only files that exist:
+    // cargo reruns the script on every build for one that does not.
+    let branch = git(&["symbolic-ref", "-q", "HEAD"]);
+    for path in ["HEAD", "packed-refs"]
+        .into_iter()
+        .map(str::to_string)
+        .chain(branch)
     {
         if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", &path]) {
-            println!("cargo:rerun-if-changed={p}");
+            if std::path::Path::new(&p).exists() {
+                println!("cargo:rerun-if-changed={p}");
+            }
         }
     }
+    println!("cargo:rerun-if-changed=build.rs");
 }

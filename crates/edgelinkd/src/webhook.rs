@@ -121,6 +121,9 @@ fn token(file: &Option<PathBuf>) -> anyhow::Result<Option<String>> {
     Ok(Some(t.to_string()))
 }
 
+/// Bytes of a refusing answer read to quote it.
+const SAID_MAX: usize = 1024;
+
 /// POST `body` to `url`; the error says which step failed and why, as a
 /// user would look for it.
 async fn post(url: &Url, body: Vec<u8>, token: Option<String>) -> Result<(), String> {
@@ -170,19 +173,29 @@ async fn post(url: &Url, body: Vec<u8>, token: Option<String>) -> Result<(), Str
     if (200..300).contains(&code) {
         return Ok(());
     }
+    // The answer's first bytes at most: what the operator says, not
+    // whatever a misdirected URL streams back.
     use http_body_util::BodyExt;
-    let said = tokio::time::timeout(WAIT, resp.into_body().collect())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .map(|b| {
-            String::from_utf8_lossy(&b.to_bytes())
-                .trim()
-                .chars()
-                .take(200)
-                .collect::<String>()
-        })
-        .unwrap_or_default();
+    let mut body = resp.into_body();
+    let mut head = Vec::new();
+    let read = async {
+        while head.len() < SAID_MAX {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        head.extend_from_slice(&data);
+                    }
+                }
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(WAIT, read).await;
+    let said: String = String::from_utf8_lossy(&head)
+        .trim()
+        .chars()
+        .take(200)
+        .collect();
     let why = match code {
         401 | 403 => " (the token was refused)",
         _ => "",

@@ -155,7 +155,11 @@ fn a_config_file_that_names_no_flag_or_a_bad_value_is_refused_naming_it() {
         ),
         ("forwards: [a, b]\n", &["\"forwards\" is not a setting"]),
         ("log-levle: debug\n", &["did you mean \"log-level\""]),
-        ("workers: [1, 2]\n", &["workers", "is not a single value"]),
+        (
+            "workers: [1, 2]\n",
+            &["workers: a list is not a single value"],
+        ),
+        ("1: 2\n", &["a key is a number, not a flag's name"]),
         ("- a list\n", &["not a mapping of settings"]),
     ];
     for (text, named) in cases {

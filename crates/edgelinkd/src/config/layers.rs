@@ -148,8 +148,9 @@ fn read(path: &Path) -> Result<Vec<Setting>, String> {
     for (k, v) in map {
         let serde_norway::Value::String(key) = k else {
             return Err(format!(
-                "config file {}: a key is not a string: {k:?}",
-                path.display()
+                "config file {}: a key is {}, not a flag's name",
+                path.display(),
+                kind(&k)
             ));
         };
         let value = match v {
@@ -159,8 +160,9 @@ fn read(path: &Path) -> Result<Vec<Setting>, String> {
             serde_norway::Value::Null => continue,
             other => {
                 let e = format!(
-                    "config file {}: {key}: {other:?} is not a single value (a string, a number or a boolean)",
-                    path.display()
+                    "config file {}: {key}: {} is not a single value (a string, a number or a boolean)",
+                    path.display(),
+                    kind(&other)
                 );
                 out.push((key, Err(e)));
                 continue;
@@ -169,4 +171,17 @@ fn read(path: &Path) -> Result<Vec<Setting>, String> {
         out.push((key, Ok(value)));
     }
     Ok(out)
+}
+
+/// What a YAML value is, as a user reads it.
+fn kind(v: &serde_norway::Value) -> &'static str {
+    match v {
+        serde_norway::Value::Null => "empty",
+        serde_norway::Value::Bool(_) => "a boolean",
+        serde_norway::Value::Number(_) => "a number",
+        serde_norway::Value::String(_) => "a string",
+        serde_norway::Value::Sequence(_) => "a list",
+        serde_norway::Value::Mapping(_) => "a mapping",
+        serde_norway::Value::Tagged(_) => "a tagged value",
+    }
 }

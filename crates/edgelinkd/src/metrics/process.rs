@@ -19,23 +19,14 @@ pub struct Process {
     pub threads: Option<i64>,
 }
 
-fn clock_ticks() -> f64 {
+/// sysconf(2)'s `name`, or `default` where it gives none.
+fn sysconf(name: libc::c_int, default: i64) -> i64 {
     // SAFETY: sysconf only reads a value.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
+    let v = unsafe { libc::sysconf(name) };
+    if v > 0 {
+        v
     } else {
-        100.0
-    }
-}
-
-fn page_size() -> i64 {
-    // SAFETY: as above.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as i64
-    } else {
-        4096
+        default
     }
 }
 
@@ -47,7 +38,12 @@ impl Process {
                 .find_map(|l| l.strip_prefix("btime "))
                 .and_then(|v| v.trim().parse::<f64>().ok())
         });
-        let mut p = Process::from_stat(&stat, btime, clock_ticks(), page_size());
+        let mut p = Process::from_stat(
+            &stat,
+            btime,
+            sysconf(libc::_SC_CLK_TCK, 100) as f64,
+            sysconf(libc::_SC_PAGESIZE, 4096),
+        );
         p.open_fds = std::fs::read_dir("/proc/self/fd")
             .ok()
             .map(|d| d.count() as i64);
