@@ -111,7 +111,9 @@ fn limits(d: &Daemon) -> Limits {
 /// daemon binds its own beside it, [`bind_shared`]).
 pub async fn serve(listener: tokio::net::TcpListener, d: Arc<Daemon>, scope: Scope) {
     let lot = d.shared.lot.clone();
-    let guard = lot.guard();
+    // Only what is handed over is waited for by a hand-over: the metrics
+    // listener stays with this process (its task never parks).
+    let guard = (scope == Scope::Status).then(|| lot.guard());
     let park = lot.token();
     let limits = limits(&d);
     let slots = Slots::new(limits.max_connections);

@@ -109,6 +109,36 @@ fn a_bad_flag_exits_64_with_a_message_naming_it() {
             ],
             "--status-webhook-interval",
         ),
+        (
+            &[
+                "run",
+                "--state-dir",
+                &sd,
+                "--status-webhook-file",
+                "etc/url",
+            ],
+            "--status-webhook-file",
+        ),
+        (
+            &[
+                "run",
+                "--state-dir",
+                &sd,
+                "--status-webhook",
+                "http://127.0.0.1:1/",
+                "--status-webhook-file",
+                "/etc/url",
+            ],
+            "--status-webhook-file",
+        ),
+        (
+            &["run", "--state-dir", &sd, "--metrics-addr", "9311"],
+            "--metrics-addr",
+        ),
+        (
+            &["run", "--state-dir", &sd, "--log-format", "xml"],
+            "--log-format",
+        ),
         (&["status", "--status-addr", "nowhere"], "--status-addr"),
         (&["frobnicate"], "frobnicate"),
     ];

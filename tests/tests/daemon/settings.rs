@@ -3,6 +3,7 @@
 //! metrics address; the version with its commit. Each daemon runs in a
 //! namespace of the test's own.
 
+use crate::lab::*;
 use edgelink_tests::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -297,4 +298,32 @@ fn version_names_the_commit() {
         let h = String::from_utf8_lossy(&h.stdout).trim().to_string();
         assert!(v.contains(&h), "{v} does not name HEAD {h}");
     }
+}
+
+/// The metrics address is bound with SO_REUSEPORT so that a daemon taking
+/// over binds it while the one handing over still serves it (the status
+/// address is handed over instead): a take-over with `--metrics-addr` comes
+/// up, and the address answers afterwards, from the new daemon.
+#[test]
+fn a_take_over_binds_the_metrics_address_beside_the_old_daemon() {
+    let mut l = DLab::with(Opts {
+        flags: &["--metrics-addr", "127.0.0.1:9412"],
+        ..Default::default()
+    });
+    assert!(
+        answers(&l.lab.node, "127.0.0.1:9412"),
+        "{}",
+        l.daemon().log_text()
+    );
+    let old = l.daemon().pid();
+    l.take_over();
+    assert_ne!(l.daemon().pid(), old);
+    let (code, _, body) = http_in(&l.lab.node, "127.0.0.1:9412", "GET", "/metrics", b"");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("edgelink_build_info{"), "{body}");
+    assert!(
+        !l.daemon().log_text().contains("--metrics-addr"),
+        "{}",
+        l.daemon().log_text()
+    );
 }
