@@ -116,7 +116,7 @@ lint-vagrant:
 demo:
 	@echo "demo: [1/3] system packages (scripts/install-deps.sh demo)"
 	$(DEPS) demo
-	@echo "demo: [2/3] building edgelink and edgelinkd (release, static; a first build compiles every dependency: 5-15 min on 2 cores (4 min 56 s measured for these two on a quiet machine), seconds afterwards)"
+	@echo "demo: [2/3] building edgelink and edgelinkd (release, static; a first build compiles every dependency: 5-15 min on 2 cores (4 min 56 s measured here beside other work; 12 min reported on a busier machine), seconds afterwards)"
 	$(MAKE) static
 	@echo "demo: [3/3] the lab (scripts/demo.sh, a few seconds)"
 	EDGELINK_BIN=$(PLUGIN) KEEP=$(KEEP) scripts/demo.sh
