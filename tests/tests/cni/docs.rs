@@ -138,6 +138,8 @@ fn debugging_md_runs_as_written() {
         "status 0",
         "supportedVersions",
         "hil/proxy-0",
+        "device says 200",
+        "connections 1",
     ] {
         assert!(
             stdout.contains(want),
