@@ -374,7 +374,7 @@ pub struct RunArgs {
     /// Worker threads serving connections, each with its own runtime and
     /// its own SO_REUSEPORT listener per forward (default: the CPUs this
     /// process may use).
-    #[arg(long, default_value_t = crate::workers::default_count(), value_parser = worker_count)]
+    #[arg(long, default_value_t = edgelink_forward::workers::default_count(), value_parser = worker_count)]
     pub workers: usize,
     /// The nft program the kernel path runs in pods' namespaces (a path, or
     /// a name looked up in PATH).
@@ -443,14 +443,55 @@ impl RunArgs {
     }
 
     /// What a forward gets of these flags where it sets nothing itself.
-    pub fn forward_defaults(&self) -> crate::model::ForwardDefaults {
-        crate::model::ForwardDefaults {
+    pub fn forward_defaults(&self) -> edgelink_forward::ForwardDefaults {
+        edgelink_forward::ForwardDefaults {
             idle_timeout: self.tcp_idle_timeout,
             max_connections: self.forward_max_connections,
             queue_timeout: self.queue_timeout,
             max_queue: self.max_queue,
             connect_retries: self.connect_retries,
             retry_backoff: self.connect_retry_backoff,
+        }
+    }
+
+    /// What every forward gets of these flags.
+    pub fn forward_settings(&self) -> edgelink_forward::Settings {
+        edgelink_forward::Settings {
+            pipe_size: self.pipe_size,
+            bulk_lowat: self.bulk_lowat,
+            max_connections: self.max_connections,
+            probe_interval: self.probe_interval,
+            socket_buffer: self.socket_buffer,
+            tcp_keepalive: self.tcp_keepalive,
+            udp_gso: self.udp_gso,
+            udp_idle_timeout: self.udp_idle_timeout,
+            udp_max_sessions: self.udp_max_sessions,
+        }
+    }
+
+    /// What the set of attachments gets of these flags.
+    pub fn node_settings(&self) -> edgelink_node::Settings {
+        edgelink_node::Settings {
+            state_dir: self.state_dir.clone(),
+            reconcile_interval: self.reconcile_interval,
+            forward: self.forward_settings(),
+            defaults: self.forward_defaults(),
+            pipes_at_most: self.pipes_at_most(),
+            socket_pool: self.socket_pool,
+            kernel: self.kernel_options(),
+            kernel_counters_interval: self.kernel_counters_interval,
+            conntrack_min: self.conntrack_min,
+            cni_path: self.cni_path.0.clone(),
+            ipam_gc_grace: self.ipam_gc_grace,
+        }
+    }
+
+    /// The status server's bounds.
+    pub fn status_limits(&self) -> edgelink_http_limits::Limits {
+        edgelink_http_limits::Limits {
+            max_connections: self.status_max_connections.into(),
+            header_timeout: self.status_header_timeout,
+            conn_timeout: self.status_conn_timeout,
         }
     }
 }

@@ -4,11 +4,9 @@
 //! `edgelink_attachment::control`.
 
 use crate::daemon::Daemon;
-use crate::fds::{self, FdReserve, Lease};
 use edgelink_attachment::Request;
-use edgelink_netns::{Netns, NetnsError};
+use edgelink_fd_reserve::{self as fds, Lease};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
@@ -106,22 +104,22 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
             }
             let answer = match Request::parse(&line) {
                 Ok(Request::Rescan) => {
-                    d.nudge.notify_one();
+                    d.node.nudge.notify_one();
                     "ok".to_string()
                 }
                 Ok(Request::Check {
                     container_id,
                     ifname,
                 }) => {
-                    let mut r = d.check(&container_id, &ifname);
+                    let mut r = d.node.check(&container_id, &ifname);
                     if !r.found {
                         // The record may be newer than the last pass.
-                        d.reconcile().await;
-                        r = d.check(&container_id, &ifname);
+                        d.node.reconcile().await;
+                        r = d.node.check(&container_id, &ifname);
                     }
                     serde_json::to_string(&r).unwrap_or_default()
                 }
-                Ok(Request::Reap { index, name, netns }) => reap(&d, index, name, netns).await,
+                Ok(Request::Reap { index, name, netns }) => d.node.reap(index, name, netns).await,
                 Err(e) => format!("error: {e}"),
             };
             let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
@@ -130,7 +128,7 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
 }
 
 /// After a failed accept: at the open-file limit, accept with the fds kept
-/// for this socket ([`crate::fds`]); else (or when they are lent out
+/// for this socket ([`edgelink_fd_reserve`]); else (or when they are lent out
 /// already) back off a little rather than spin, as the forwards do.
 async fn accept_at_limit(
     l: &UnixListener,
@@ -138,7 +136,7 @@ async fn accept_at_limit(
     e: std::io::Error,
 ) -> Option<(tokio::net::UnixStream, Option<Lease>)> {
     if fds::exhausted(&e) {
-        if let Some(lease) = d.shared.fds.lease() {
+        if let Some(lease) = d.node.shared.fds.lease() {
             // accept(2) takes the descriptor before it looks at the queue:
             // EMFILE does not mean a connection waits. Never hold the
             // reserve while waiting for one.
@@ -153,86 +151,4 @@ async fn accept_at_limit(
     }
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     None
-}
-
-/// Open a netns for a control request. A request accepted without the fd
-/// reserve (a descriptor happened to be free) may find none left for the
-/// netns: then it takes the reserve ([`FdReserve::lease`]), which pauses
-/// the forwards and UDP sessions, and tries again (for a second at most,
-/// should a socket being made at that moment hold what was freed).
-fn open_netns(path: &Path, fds: &Arc<FdReserve>) -> Result<(Netns, Option<Lease>), NetnsError> {
-    let mut lease = None;
-    for _ in 0..40 {
-        match Netns::open(path) {
-            Err(NetnsError::Open { source, .. }) if fds::exhausted(&source) => {
-                if lease.is_none() {
-                    lease = fds.lease();
-                }
-                std::thread::sleep(std::time::Duration::from_millis(25));
-            }
-            r => return r.map(|ns| (ns, lease)),
-        }
-    }
-    Netns::open(path).map(|ns| (ns, lease))
-}
-
-/// `reap <ifindex> <name> <netns path>`: delete a link the plugin's DEL
-/// retired. Answers once the link is found and checked (its name, and the
-/// retired alias, so that nothing else is ever deleted); the deletion itself
-/// (tens of milliseconds in the kernel) goes on in the background.
-async fn reap(d: &Arc<Daemon>, index: u32, name: String, netns: String) -> String {
-    let netns = std::path::PathBuf::from(netns);
-    let (tx, rx) = tokio::sync::oneshot::channel::<String>();
-    let d = d.clone();
-    tokio::task::spawn_blocking(move || {
-        // Kept until the link is checked and deleted (a netlink socket).
-        let (ns, _lease) = match open_netns(&netns, &d.shared.fds) {
-            Ok(ns) => ns,
-            Err(e) => {
-                let _ = tx.send(format!("error: {e}"));
-                return;
-            }
-        };
-        let deleted = ns.run(|| -> Result<(), String> {
-            let checked = (|| -> Result<edgelink_netlink::Handle, String> {
-                let mut h = edgelink_netlink::Handle::new().map_err(|e| e.to_string())?;
-                match h.link_by_index(index).map_err(|e| e.to_string())? {
-                    Some(l)
-                        if l.name == name
-                            && l.alias.as_deref() == Some(edgelink_attachment::RETIRED_ALIAS) =>
-                    {
-                        Ok(h)
-                    }
-                    Some(_) => Err(format!("link #{index} is not a retired link called {name}")),
-                    None => Err(format!("no link #{index}")),
-                }
-            })();
-            match checked {
-                Ok(mut h) => {
-                    let _ = tx.send("ok".into());
-                    h.del_link(index).map(|_| ()).map_err(|e| e.to_string())
-                }
-                Err(e) => {
-                    let _ = tx.send(format!("error: {e}"));
-                    Err(e)
-                }
-            }
-        });
-        match deleted {
-            Ok(Ok(())) => {
-                d.reaped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(%name, netns = %netns.display(), "retired link deleted");
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(%name, netns = %netns.display(), error = %e, "retired link not deleted")
-            }
-            Err(e) => {
-                tracing::warn!(%name, netns = %netns.display(), error = %e, "cannot enter the namespace of a retired link")
-            }
-        }
-    });
-    // Dropped without an answer (the closure ended early): the error was
-    // sent; a closure that panicked says nothing.
-    rx.await
-        .unwrap_or_else(|_| "error: the link was not checked".into())
 }

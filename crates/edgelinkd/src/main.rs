@@ -3,50 +3,18 @@
 //! namespace and relays them to the devices: TCP with splice(2), UDP with
 //! batched syscalls. One process for the node; health, metrics, JSON status.
 
-mod config;
 mod control;
 mod daemon;
-mod delegate;
-mod factory;
-mod fds;
-mod follow;
-mod forward;
 mod handover;
-mod http;
-mod kernel;
-mod listen;
-#[cfg(test)]
-mod manifests;
-mod metrics;
-mod model;
-mod parking;
-mod private_side;
-mod protect;
-mod resume;
-mod reverse;
-mod sockopt;
-mod status_cli;
-mod takeover;
-mod watch;
-mod webhook;
-mod workers;
+mod process;
+mod status;
 
 use anyhow::Context;
-use config::{Command, RunArgs};
 use daemon::Daemon;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::time::Duration;
-
-/// The commit this binary was built from (build.rs: `git rev-parse`, or
-/// `EDGELINK_COMMIT` where the build has no .git; else "unknown").
-pub const COMMIT: &str = env!("EDGELINK_COMMIT");
-/// What `--version` prints after the name.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("EDGELINK_COMMIT"),
-    ")"
-);
+use edgelink_status::http::{self as status_http, Scope};
+use edgelinkd::config::{self, Command, RunArgs};
+use edgelinkd::COMMIT;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// sysexits' EX_USAGE: a bad flag or value.
 const EX_USAGE: i32 = 64;
@@ -80,7 +48,7 @@ fn main() {
     };
     let result = match cli.command {
         Command::Run(args) => rt.block_on(run(args)).map(|()| 0),
-        Command::Status(args) => rt.block_on(status_cli::run(args)),
+        Command::Status(args) => rt.block_on(status::run(args)),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -91,71 +59,17 @@ fn main() {
     }
 }
 
-fn node_name(args: &RunArgs) -> String {
-    args.node_name
-        .clone()
-        .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
-        .or_else(|| {
-            nix::unistd::gethostname()
-                .ok()
-                .and_then(|h| h.into_string().ok())
-        })
-        .unwrap_or_default()
-}
-
-/// Raise the soft limit on open files to the hard limit. Each relayed
-/// connection holds two sockets (and two pipe ends while bytes are in
-/// flight), and service managers and container runtimes commonly start
-/// processes with a soft limit of 1024: ~500 connections.
-fn raise_nofile_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write `lim`, which we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
-        || lim.rlim_cur >= lim.rlim_max
-    {
-        return;
-    }
-    let soft = lim.rlim_cur;
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: as above.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
-        tracing::debug!(from = soft, to = lim.rlim_max, "raised the open-file limit");
-    } else {
-        tracing::warn!(limit = soft, error = %std::io::Error::last_os_error(), "cannot raise the open-file limit");
-    }
-}
-
 async fn run(mut args: RunArgs) -> anyhow::Result<()> {
-    let level: tracing::Level = args.log_level.parse().unwrap_or(tracing::Level::INFO);
-    let logs = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
-    if args.log_format == "json" {
-        logs.json().flatten_event(true).init();
-    } else {
-        logs.init();
-    }
-
-    raise_nofile_limit();
+    process::init_logs(&args);
+    process::raise_nofile_limit();
     // Everything is validated (clap) before anything is bound.
-    let dir = &args.state_dir;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("state dir {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("state dir {}", dir.display()))?;
+    process::prepare_state_dir(&args.state_dir)?;
     let instance = daemon::instance_id(&args.instance_id);
     args.instance_id = Some(instance.clone());
     // Caught from here on: a SIGTERM during a take-over stops this daemon
     // in order (below) instead of killing it with what it holds.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
 
     // --takeover: everything the running daemon serves, before anything is
     // bound here (its status and control listeners come along).
@@ -186,43 +100,14 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
         ),
     };
 
-    let node = node_name(&args);
-    let (workers, mut died) =
-        workers::Workers::start(args.workers).context("starting the worker threads")?;
-    let d = Daemon::new(args.clone(), node, workers.clone());
-    {
-        let (d, workers) = (d.clone(), workers.clone());
-        tokio::spawn(async move {
-            while let Some(slot) = died.recv().await {
-                match workers.replace(slot) {
-                    Ok(generation) => {
-                        tracing::error!(
-                            worker = slot,
-                            generation,
-                            "a worker thread died: replaced, its listeners start again"
-                        );
-                        d.worker_died(slot);
-                    }
-                    Err(e) => {
-                        tracing::error!(worker = slot, error = %e, "a worker thread died and cannot be replaced")
-                    }
-                }
-            }
-        });
-    }
-    // Debug builds only: SIGUSR2 kills worker 0 the way a bug would, for
-    // the test that it is replaced.
-    #[cfg(debug_assertions)]
-    {
-        let workers = workers.clone();
-        let mut usr2 =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
-        tokio::spawn(async move {
-            while usr2.recv().await.is_some() {
-                workers.kill(0);
-            }
-        });
-    }
+    let (workers, died) = process::start_workers(&args)?;
+    let node = edgelink_node::Node::new(
+        args.node_settings(),
+        process::node_name(&args),
+        workers.clone(),
+    );
+    process::replace_dead_workers(workers.clone(), node.clone(), died)?;
+    let d = Daemon::new(args.clone(), node);
     // Nothing that was handed over is served before the old daemon
     // acknowledged the Confirm: until then it may take everything back.
     let ((control, status_listener), socket_file) = match taken.take() {
@@ -233,89 +118,55 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
                 return Ok(());
             }
         },
-        None => {
-            let control = control::bind(&d)?;
-            let file = control::SocketFile::of(&d.args.state_dir);
+        None => (
             (
-                (control, status_listener.context("no status listener")?),
-                file,
-            )
-        }
+                control::bind(&d)?,
+                status_listener.context("no status listener")?,
+            ),
+            control::SocketFile::of(&d.args.state_dir),
+        ),
     };
     tokio::spawn(control::serve(control, d.clone()));
-    tokio::spawn(http::serve(status_listener, d.clone(), http::Scope::Status));
-    if let Some(addr) = args.metrics_addr {
-        let l = http::bind_shared(addr).with_context(|| format!("--metrics-addr {addr}"))?;
-        tokio::spawn(http::serve(l, d.clone(), http::Scope::Metrics));
-    }
-    watch::start(d.clone()).context("watching the attachment records")?;
-    let webhook = match (&args.status_webhook, &args.status_webhook_file) {
-        (Some(url), _) => Some(webhook::Source::Fixed(url.clone())),
-        (None, Some(file)) => Some(webhook::Source::File(file.clone())),
-        (None, None) => None,
-    };
-    if let Some(source) = webhook {
-        webhook::start(d.clone(), source)?;
-    }
-    tracing::info!(state_dir = %dir.display(), status_addr = %args.status_addr, node = %d.node, workers = workers.len(), "edgelinkd started");
+    open_status(&d, status_listener)?;
+    tracing::info!(state_dir = %args.state_dir.display(), status_addr = %args.status_addr,
+        node = %d.node.name, workers = workers.len(), "edgelinkd started");
 
-    let mut first = true;
-    loop {
-        d.reconcile().await;
-        if std::mem::take(&mut first) {
-            for id in d.shared.lot.drop_unclaimed() {
-                tracing::warn!(container = %id.0, ifname = %id.1, forward = %id.2,
-                    "handed over, but no record serves it now: its connections are reset");
-            }
-        }
-        tokio::select! {
-            _ = d.nudge.notified() => {
-                // Let a burst of record changes settle into one pass.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            _ = tokio::time::sleep(args.reconcile_interval) => {}
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-        }
-    }
-
-    // A hand-over under way ends first: this process exits from it if it
-    // succeeds; if it fails, what it took back is served again, to drain.
-    if d.gate.stop().await {
-        d.reconcile().await;
-    }
-    // Stop accepting, let connections drain for the grace period, exit.
-    tracing::info!(grace = ?args.grace_period, "stopping: no new connections, draining");
-    d.stop_listening();
-    let deadline = tokio::time::Instant::now() + args.grace_period;
-    while d.active() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let left = d.active();
-    if left > 0 {
-        tracing::warn!(
-            connections = left,
-            "grace period over: resetting what is left"
-        );
-        // Reset, not closed: bytes still in the pipes are lost, and a
-        // clean end of file would pass a cut transfer off as whole.
-        d.close_connections();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while d.active() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    // What nobody serves (a hand-over took it back and no record claims it
-    // now) is reset: closed, it would end with a FIN as if it were whole.
-    let reset = d.shared.lot.reset_all();
-    if reset > 0 {
-        tracing::warn!(
-            connections = reset,
-            "stopping: reset what was parked and not served"
-        );
-    }
+    d.serve(&mut term, &mut int).await;
+    d.stop().await;
     socket_file.remove_if_ours();
     workers.stop();
+    Ok(())
+}
+
+/// The status surface: the status endpoint (on `listener`), the metrics
+/// endpoint (`--metrics-addr`), the records watch, the webhook.
+fn open_status(
+    d: &std::sync::Arc<Daemon>,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<()> {
+    let args = &d.args;
+    tokio::spawn(status_http::serve(listener, d.endpoint(), Scope::Status));
+    if let Some(addr) = args.metrics_addr {
+        let l = status_http::bind_shared(addr).with_context(|| format!("--metrics-addr {addr}"))?;
+        tokio::spawn(status_http::serve(l, d.endpoint(), Scope::Metrics));
+    }
+    edgelink_node::watch::start(d.node.clone()).context("watching the attachment records")?;
+    use edgelink_status::webhook::{self, UrlSource};
+    let url = match (&args.status_webhook, &args.status_webhook_file) {
+        (Some(url), _) => Some(UrlSource::Fixed(url.clone())),
+        (None, Some(file)) => Some(UrlSource::File(file.clone())),
+        (None, None) => None,
+    };
+    if let Some(url) = url {
+        webhook::start(
+            d.node.clone(),
+            webhook::Settings {
+                url,
+                token_file: args.status_webhook_token_file.clone(),
+                interval: args.status_webhook_interval,
+            },
+        )?;
+    }
     Ok(())
 }
 
@@ -328,11 +179,11 @@ type Listeners = (tokio::net::UnixListener, tokio::net::TcpListener);
 async fn adopt_taken(
     d: &std::sync::Arc<Daemon>,
     t: handover::Taken,
-    term: &mut tokio::signal::unix::Signal,
-    int: &mut tokio::signal::unix::Signal,
+    term: &mut Signal,
+    int: &mut Signal,
 ) -> anyhow::Result<Option<(Listeners, control::SocketFile)>> {
     #[cfg(debug_assertions)]
-    takeover::test_stall(&d.args).await;
+    handover::test_stall(&d.args).await;
     let stopped = tokio::select! {
         biased;
         _ = term.recv() => true,
@@ -345,10 +196,10 @@ async fn adopt_taken(
             .await;
         return Ok(None);
     }
-    let mut t = t.confirm().await?;
+    let mut t = handover::confirm(t).await?;
     *d.taken_from.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.from.clone());
     for (id, a) in std::mem::take(&mut t.adopted) {
-        d.shared.lot.adopt(id, a);
+        d.node.shared.lot.adopt(id, a);
     }
     let control = match t.control.take() {
         Some(l) => {

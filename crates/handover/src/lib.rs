@@ -36,7 +36,11 @@
 //! refused by a protocol-1 daemon, it asks again in protocol 1.
 
 mod channel;
+pub mod give;
+pub mod lot;
 mod message;
+pub mod pack;
+pub mod take;
 
 pub use channel::{Channel, Received};
 pub use message::*;
@@ -50,6 +54,30 @@ pub const OLDEST_PROTOCOL: u32 = 1;
 
 /// The line that turns a control-socket connection into a hand-over.
 pub const HANDOVER_LINE: &str = "handover";
+
+/// The old daemon's answer to the `handover` line, before the frames.
+pub const ACK: &str = "ok handover";
+
+/// Each read and write of the conversation, at most.
+pub const STEP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Who this build is, speaking `protocol`, as instance `instance`.
+pub fn peer(protocol: u32, instance: &str) -> Peer {
+    Peer {
+        protocol,
+        version: env!("CARGO_PKG_VERSION").into(),
+        instance: instance.into(),
+    }
+}
+
+/// Run blocking channel work off the runtime's threads.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))
+}
 
 /// Descriptors per SCM_RIGHTS message at most (Linux's SCM_MAX_FD).
 pub const MAX_FDS_PER_FRAME: usize = 253;

@@ -1,0 +1,274 @@
+//! A forward's listening sockets and the accept loops on them.
+//!
+//! One socket per address, never SO_REUSEPORT (the factory module says
+//! why: a root process of the pod could join the group and take a share
+//! of the connections). A TCP listener is shared by the workers instead:
+//! each runs an accept loop over a descriptor of its own (a dup of the one
+//! socket, registered with its runtime); a new connection wakes them all,
+//! one accepts it and the others find nothing. A connection then lives on
+//! the worker that accepted it, from accept to close.
+//!
+//! What the accept loop learns of a connection (its two addresses) is
+//! taken at accept: a client that resets later cannot make a failure that
+//! is its own count against the device.
+
+use crate::connection::Slot;
+use crate::ctx::{Ctx, Ends};
+use crate::sockopt;
+use edgelink_attachment::Protocol;
+use edgelink_handover::lot::{Guard, Item};
+use edgelink_relay::{Counters, UdpForward};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+/// A forward's socket, new or handed over.
+pub enum Sock {
+    Tcp(std::net::TcpListener),
+    Udp(UdpForward),
+}
+
+/// New sockets, one per address: the IPv4 one is required (and the IPv6
+/// one for an IPv6 target; a reverse forward's, each). A forward comes up
+/// whole or not at all: `None` (failed, retried on the next pass). An
+/// IPv6 address the pod does not have is skipped; one that is taken (a
+/// process of the pod holds the port) fails the forward like any other.
+pub async fn bind(ctx: &Ctx) -> Option<Vec<Sock>> {
+    let f = &ctx.forward;
+    let spec = &f.spec;
+    let stream = spec.protocol == Protocol::Tcp;
+    // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
+    // device too; a pod without IPv6 simply has no such listener.
+    // A reverse forward: on the interface's own addresses, each required.
+    let addrs = match &f.reverse {
+        Some(r) => r.listen_addrs(),
+        None => vec![
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
+        ],
+    };
+    let mut socks = Vec::new();
+    for addr in addrs {
+        match ctx.factory.listener(addr, stream).await {
+            Ok(s) if stream => socks.push(Sock::Tcp(s.into())),
+            Ok(s) => socks.push(Sock::Udp(UdpForward {
+                listener: s.into(),
+                sessions: Vec::new(),
+            })),
+            Err(e)
+                if addr.is_ipv6()
+                    && !spec.target.is_ipv6()
+                    && f.reverse.is_none()
+                    && e.kind() != std::io::ErrorKind::AddrInUse =>
+            {
+                tracing::debug!(forward = %spec.name, %addr, error = %e, "no IPv6 listener");
+            }
+            Err(e) => {
+                f.error(format!("cannot listen on {addr}/{}: {e}", spec.protocol));
+                tracing::warn!(forward = %spec.name, %addr, error = %e, "listener failed");
+                f.set_listener("failed");
+                return None;
+            }
+        }
+    }
+    Some(socks)
+}
+
+/// [`bind`], after the handed-over listeners of the port were closed: the
+/// daemon that handed them over may hold them a moment longer, until it
+/// exits on the Confirm. Tried for up to 2 s, then left to the next pass.
+pub async fn bind_when_free(ctx: &Ctx) -> Option<Vec<Sock>> {
+    for _ in 0..20 {
+        if let Some(s) = bind(ctx).await {
+            return Some(s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bind(ctx).await
+}
+
+/// Whether a handed-over TCP listener has SO_REUSEPORT (made by a daemon
+/// before this one's, one per worker): a root process of the pod could
+/// join it. Such listeners are closed and bound again.
+pub fn joinable(l: &std::net::TcpListener) -> bool {
+    socket2::SockRef::from(l).reuse_port().unwrap_or(false)
+}
+
+/// A handed-over UDP socket: without SO_REUSEADDR from now on (a daemon
+/// before this one's set it), so that no other socket binds its port.
+pub fn seal_udp(u: &UdpForward) {
+    if let Err(e) = socket2::SockRef::from(&u.listener).set_reuse_address(false) {
+        tracing::debug!(error = %e, "cannot clear SO_REUSEADDR on a handed-over UDP socket");
+    }
+}
+
+/// Accept on `listener` from every worker in `on`; the tasks to abort when
+/// the forward stops, or `None` when the socket cannot be shared (out of
+/// descriptors: the forward is `failed` and retried).
+pub fn serve_tcp(
+    ctx: &Ctx,
+    on: &[usize],
+    listener: std::net::TcpListener,
+) -> Option<Vec<JoinHandle<()>>> {
+    let f = &ctx.forward;
+    // Its accepted sockets inherit the cap on their buffers.
+    crate::sockopt::cap_buffers(&listener, ctx.shared.settings.socket_buffer);
+    // A descriptor of its own for each worker; the socket's is closed
+    // when this returns.
+    let fds: std::io::Result<Vec<_>> = on.iter().map(|_| listener.try_clone()).collect();
+    let fds = match fds {
+        Ok(fds) => fds,
+        Err(e) => {
+            f.error(format!("cannot share the listener with the workers: {e}"));
+            f.set_listener("failed");
+            return None;
+        }
+    };
+    // A hand-over parks the one socket once, whichever loop sees it first.
+    let parked = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (&w, fd) in on.iter().zip(fds) {
+        let span = tracing::info_span!("forward", name = %f.spec.name, port = f.spec.port,
+            target = %crate::ctx::target_name(f), worker = w);
+        let (c, guard, parked) = (ctx.clone_for(), ctx.shared.lot.guard(), parked.clone());
+        tasks.push(
+            ctx.shared.workers.spawn(
+                w,
+                async move {
+                    // Registered with this worker's runtime: here.
+                    let registered = fd
+                        .set_nonblocking(true)
+                        .and_then(|()| tokio::net::TcpListener::from_std(fd));
+                    match registered {
+                        Ok(l) => accept_loop(l, c, guard, parked).await,
+                        Err(e) => {
+                            c.forward.error(e);
+                            c.forward.set_listener("failed");
+                        }
+                    }
+                }
+                .instrument(span),
+            ),
+        );
+    }
+    Some(tasks)
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    mut ctx: Ctx,
+    guard: Guard,
+    parked: Arc<AtomicBool>,
+) {
+    let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+    let mut warned: Option<std::time::Instant> = None;
+    let park = ctx.shared.lot.token();
+    loop {
+        if park.is_cancelled() {
+            // A hand-over: the listener goes as it is, with the
+            // connections waiting in its queue (once; the other workers'
+            // descriptors of it are closed).
+            if !parked.swap(true, Ordering::AcqRel) {
+                match listener.into_std() {
+                    Ok(l) => ctx.shared.lot.park(Item::Listener(ctx.id(), l)),
+                    Err(e) => tracing::warn!(error = %e, "cannot hand a listener over"),
+                }
+            }
+            drop(guard);
+            return;
+        }
+        let fds = &ctx.shared.fds;
+        if !fds.whole() {
+            fds.refill();
+        }
+        if fds.paused() {
+            // The descriptors kept for the control socket and the status
+            // server are lent out or not back yet: leave what is free to
+            // them, accept nothing for now.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                _ = ctx.stop.wait_for(|s| *s) => break,
+            }
+        }
+        let accepted = tokio::select! {
+            biased;
+            () = park.cancelled() => continue,
+            r = listener.accept() => r,
+            _ = ctx.stop.wait_for(|s| *s) => break,
+        };
+        let (client, peer) = match accepted {
+            Ok(c) => c,
+            Err(e) => {
+                // EMFILE and friends: note it, breathe, go on. At the fd
+                // limit this repeats every 50 ms: one warning a minute.
+                ctx.forward.error(format!("accept: {e}"));
+                if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    warned = Some(std::time::Instant::now());
+                    tracing::warn!(error = %e, "accept failed (repeats logged at debug for a minute)");
+                } else {
+                    tracing::debug!(error = %e, "accept failed");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                    _ = ctx.stop.wait_for(|s| *s) => break,
+                }
+            }
+        };
+        // Gone already (reset before it was accepted): nothing to serve.
+        let Ok(local) = client.local_addr() else {
+            tracing::debug!(%peer, "the client left before it was served");
+            continue;
+        };
+        let ingress = sockopt::ingress_ifindex(&client, v6);
+        if ctx.refuses(peer, Some(local), ingress) {
+            Counters::inc(&ctx.forward.counters.refused);
+            tracing::debug!(%peer, ingress = %ingress.map_or("unknown".to_string(), |i| i.to_string()), "refused a connection (private side, or not an allowed source)");
+            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+            continue;
+        }
+        let Some(slot) = Slot::take(&ctx) else {
+            Counters::inc(&ctx.forward.rejected);
+            tracing::debug!(%peer, "the daemon's connection cap is reached: reset");
+            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+            continue;
+        };
+        let (c, g) = (ctx.clone_for(), ctx.shared.lot.guard());
+        let ends = Ends { peer, local };
+        tokio::spawn(
+            async move {
+                crate::connection::connection(
+                    client,
+                    ends,
+                    c,
+                    slot,
+                    g,
+                    crate::connection::Entry::Accepted,
+                )
+                .await
+            }
+            .instrument(tracing::debug_span!("conn", %peer)),
+        );
+    }
+    drop(listener);
+    ctx.forward.set_listener("stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_with_so_reuseport_is_joinable_and_ours_is_not() {
+        let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(!joinable(&ours));
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_reuse_port(true).unwrap();
+        s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        s.listen(4).unwrap();
+        assert!(joinable(&s.into()));
+    }
+}

@@ -1,0 +1,126 @@
+//! Serving the TCP connections a hand-over brought to a forward (from the
+//! daemon this one took over from, or back to this one after a hand-over
+//! that failed), under the forward's `maxConnections` as they were:
+//!
+//! 1. every connection that held a place (relayed, or connecting) takes
+//!    one again at once, beyond the bound if need be (a debt, paid back
+//!    before anyone waiting gets a place: [`crate::protect::Place`]);
+//! 2. then the clients that were waiting take their turns in the queue,
+//!    longest wait first, with the queue timeout counted from when they
+//!    first arrived;
+//!
+//! all before the forward's listeners accept anything new, so a new client
+//! queues behind them.
+
+use crate::connection::{connection, finish, relay, relay_config, Entry, Slot};
+use crate::ctx::{Ctx, Ends};
+use crate::protect::{Admission, Place, Turn};
+use edgelink_handover::lot::{Guard, ParkedConn, Pending};
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+use tracing::Instrument;
+
+/// What to do with one handed-over connection.
+enum Job {
+    /// Relayed: resume it, with its place.
+    Relay(edgelink_relay::ParkedTcp, Option<Place>),
+    /// Not relayed yet: admit (its turn is taken) and connect.
+    Connect(std::net::TcpStream, Turn, Instant),
+}
+
+/// Take places and turns for `conns` in the order above, then serve each
+/// on one of the workers `on` (in turn).
+pub fn spawn(ctx: &Ctx, conns: Vec<ParkedConn>, on: &[usize]) {
+    let p = &ctx.forward.protection;
+    let mut placed = Vec::new();
+    let mut waiting = Vec::new();
+    for c in conns {
+        match c {
+            ParkedConn::Pending(Pending {
+                client,
+                queued_since: Some(since),
+            }) => waiting.push((client, since)),
+            other => placed.push(other),
+        }
+    }
+    // Longest wait first; equal (a protocol-1 peer sends no wait) keep the
+    // order they came in.
+    waiting.sort_by_key(|(_, since)| *since);
+    let mut jobs = Vec::with_capacity(placed.len() + waiting.len());
+    for c in placed {
+        // The daemon's `--max-connections` first: a connection beyond it is
+        // reset and takes no place.
+        let Some(slot) = Slot::take(ctx) else {
+            drop_conn(c);
+            continue;
+        };
+        let now = Instant::now();
+        let job = match c {
+            ParkedConn::Relaying(t) => Job::Relay(t, p.take_place()),
+            ParkedConn::Pending(Pending { client, .. }) => {
+                Job::Connect(client, Turn::Decided(Admission::Go(p.take_place())), now)
+            }
+        };
+        jobs.push((slot, job));
+    }
+    for (client, since) in waiting {
+        let Some(slot) = Slot::take(ctx) else {
+            drop_conn(ParkedConn::Pending(Pending {
+                client,
+                queued_since: Some(since),
+            }));
+            continue;
+        };
+        jobs.push((slot, Job::Connect(client, p.enqueue(since), since)));
+    }
+    let workers = &ctx.shared.workers;
+    let name = &ctx.forward.spec.name;
+    for (i, (slot, job)) in jobs.into_iter().enumerate() {
+        let (c, guard) = (ctx.clone_for(), ctx.shared.lot.guard());
+        workers.spawn(
+            on[i % on.len()],
+            async move { resumed(job, c, slot, guard).await }
+                .instrument(tracing::debug_span!("conn", forward = %name, resumed = true)),
+        );
+    }
+}
+
+fn drop_conn(c: ParkedConn) {
+    tracing::debug!("the daemon's connection cap is reached: a handed-over connection is reset");
+    c.reset();
+}
+
+/// A connection handed over to this daemon (or back to it).
+async fn resumed(job: Job, ctx: Ctx, slot: Slot, guard: Guard) {
+    match job {
+        Job::Connect(s, turn, since) => {
+            // Its addresses as they are now (its PROXY protocol header
+            // names them): a client that has gone fails here, before any
+            // connect, and nothing is counted against the device.
+            let client = s
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpStream::from_std(s))
+                .and_then(|c| Ends::of(&c).map(|e| (c, e)));
+            match client {
+                Ok((client, ends)) => {
+                    let entry = Entry::Handed(turn, since);
+                    connection(client, ends, ctx, slot, guard, entry).await
+                }
+                Err(e) => tracing::debug!(error = %e, "a handed-over connection is unusable"),
+            }
+        }
+        Job::Relay(p, place) => {
+            let cfg = relay_config(&ctx);
+            let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
+            let park = ctx.shared.lot.token().child_token();
+            let pipes = ctx.shared.pipes.clone();
+            let c = &ctx.forward.counters;
+            let run = edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park);
+            finish(
+                &ctx,
+                relay(run, fds, ctx.close.clone()).await,
+                (slot, guard, place),
+            );
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! One attachment being served: its record, its forwards' shared state,
+//! the tasks that serve them, and how it stops.
+
+use crate::kernel::KernelForwards;
+use edgelink_attachment::Record;
+use edgelink_forward::factory::Factory;
+use edgelink_forward::private_side::PrivateSide;
+use edgelink_forward::{Ctx, ForwardRuntime, Shared};
+use edgelink_status::AttachmentStatus;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// An attachment's key: (container ID, ifname).
+pub type Key = (String, String);
+
+/// One attachment being served.
+pub struct Attachment {
+    pub record: Record,
+    /// (device, inode) of the netns when it was opened.
+    pub netns_id: (u64, u64),
+    pub forwards: Vec<Arc<ForwardRuntime>>,
+    pub error: Option<String>,
+    pub(crate) stop: watch::Sender<bool>,
+    /// Ends the relayed connections too (the attachment is gone; SIGTERM
+    /// only stops accepting).
+    pub(crate) close: watch::Sender<bool>,
+    /// The tasks of each forward (listeners, probes), as `forwards`.
+    pub(crate) tasks: Vec<Vec<JoinHandle<()>>>,
+    /// How its sockets are made: kept to retry a forward whose listener
+    /// failed. `None` when the netns could not be entered (`error`).
+    pub(crate) sockets: Option<(Arc<Factory>, PrivateSide)>,
+    /// Its `"path": "kernel"` forwards' table, if it has any.
+    pub(crate) kernel: Option<Arc<KernelForwards>>,
+}
+
+impl Attachment {
+    /// Stop serving and return once its tasks are gone, and with them its
+    /// listeners: a replacement (a changed record) binds the same ports.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.close.send(true);
+        for t in self.tasks.iter().flatten() {
+            t.abort();
+        }
+        for t in self.tasks.into_iter().flatten() {
+            let _ = t.await;
+        }
+        // After its refresh task is gone: the table goes too.
+        if let Some(k) = &self.kernel {
+            k.remove().await;
+        }
+    }
+
+    /// The forwards whose listener failed (port taken, netns not ready):
+    /// each is retried on every pass, alone, so that the connections and
+    /// sessions of the others go on.
+    pub(crate) fn failed_forwards(&self) -> Vec<usize> {
+        if self.sockets.is_none() {
+            return Vec::new();
+        }
+        (0..self.forwards.len())
+            .filter(|&i| {
+                self.forwards[i].spec.path.is_relay()
+                    && self.forwards[i].lock().listener == "failed"
+            })
+            .collect()
+    }
+
+    /// What forward `i` needs to start again, with the tasks of its last
+    /// start (to end first).
+    pub(crate) fn restart_of(
+        &mut self,
+        i: usize,
+        shared: &Arc<Shared>,
+    ) -> Option<(Ctx, Vec<JoinHandle<()>>)> {
+        let (factory, private) = self.sockets.as_ref()?;
+        let ctx = Ctx {
+            attachment: (self.record.container_id.clone(), self.record.ifname.clone()),
+            shared: shared.clone(),
+            factory: factory.clone(),
+            forward: self.forwards.get(i)?.clone(),
+            allowed: self.record.allowed_targets.clone(),
+            private: private.clone(),
+            stop: self.stop.subscribe(),
+            close: self.close.subscribe(),
+        };
+        Some((ctx, std::mem::take(&mut self.tasks[i])))
+    }
+
+    pub(crate) fn status(&self) -> AttachmentStatus {
+        AttachmentStatus {
+            container_id: self.record.container_id.clone(),
+            ifname: self.record.ifname.clone(),
+            network: self.record.network.clone(),
+            pod_namespace: self.record.pod_namespace.clone(),
+            pod_name: self.record.pod_name.clone(),
+            netns: self.record.netns.clone(),
+            mode: self.record.mode.clone(),
+            interface: self.record.interface.clone(),
+            state: if self.error.is_some() {
+                "failed"
+            } else {
+                "serving"
+            }
+            .into(),
+            error: self.error.clone(),
+            forwards: self.forwards.iter().map(|f| f.report()).collect(),
+        }
+    }
+}

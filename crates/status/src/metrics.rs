@@ -1,0 +1,306 @@
+//! /metrics: the counters of every forward, labelled by pod and forward,
+//! encoded with prometheus-client (OpenMetrics text).
+
+use crate::{LatencySnapshot, Source};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+
+mod process;
+
+type Labels = Vec<(String, String)>;
+
+/// A connect-latency histogram already counted by the forward
+/// (edgelink-forward's `Latency`), encoded as an OpenMetrics histogram.
+#[derive(Debug, Default)]
+struct LatencyMetric(std::sync::Mutex<LatencySnapshot>);
+
+impl LatencyMetric {
+    fn set(&self, s: LatencySnapshot) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+}
+
+impl TypedMetric for LatencyMetric {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for LatencyMetric {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let buckets: Vec<(f64, u64)> = s
+            .buckets
+            .iter()
+            .map(|(le, n)| (le.unwrap_or(f64::INFINITY), *n))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(s.sum_seconds, s.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Render the current state. A fresh registry per scrape: the set of
+/// attachments changes as pods come and go, and stale series must vanish.
+pub fn render(d: &dyn Source, commit: &str) -> String {
+    let status = d.status();
+    let node = d.gauges();
+    let mut reg = Registry::with_prefix("edgelink");
+    let counters: Vec<(&str, &str, Family<Labels, Counter>)> = [
+        (
+            "connections",
+            "Connections accepted (TCP) or sessions created (UDP), as TOTAL in edgelinkd status",
+        ),
+        (
+            "bytes_to_target",
+            "Bytes relayed from clients to the target",
+        ),
+        (
+            "bytes_to_client",
+            "Bytes relayed from the target to clients",
+        ),
+        (
+            "connect_errors",
+            "Connects to the target that failed or timed out",
+        ),
+        ("errors", "Connections that ended with an error"),
+        (
+            "splice_fallbacks",
+            "Times splice was refused and a plain copy was used",
+        ),
+        ("refused", "Connections or datagrams refused (private side)"),
+        (
+            "udp_sessions",
+            "UDP sessions created (also counted in edgelink_connections_total)",
+        ),
+        ("udp_evictions", "UDP sessions evicted from a full table"),
+        (
+            "udp_datagrams_to_target",
+            "UDP datagrams relayed to the target",
+        ),
+        (
+            "udp_datagrams_to_client",
+            "UDP datagrams relayed back to clients",
+        ),
+        ("udp_drops", "UDP datagrams dropped"),
+        (
+            "connections_rejected",
+            "TCP connections reset at once because the daemon's --max-connections was reached",
+        ),
+        (
+            "queued",
+            "TCP clients that waited for a place under maxConnections",
+        ),
+        (
+            "queue_timeouts",
+            "TCP clients closed after waiting longer than the queue timeout",
+        ),
+        (
+            "queue_full",
+            "TCP clients reset at once because the queue was full",
+        ),
+        ("queue_abandoned", "TCP clients that reset while waiting"),
+        ("connect_retries", "Connects to the target tried again"),
+        (
+            "packets_to_target",
+            "Kernel path: packets from clients to the target (nft counters)",
+        ),
+        (
+            "packets_to_client",
+            "Kernel path: packets from the target back to clients (nft counters)",
+        ),
+        (
+            "idle_timeouts",
+            "TCP connections reset because nothing moved for the idle timeout",
+        ),
+    ]
+    .into_iter()
+    .map(|(n, h)| (n, h, Family::default()))
+    .collect();
+    let gauges: Vec<(&str, &str, Family<Labels, Gauge>)> = [
+        (
+            "active_connections",
+            "Connections being relayed (TCP) or sessions open (UDP) now, as ACTIVE in edgelinkd status",
+        ),
+        (
+            "active_udp_sessions",
+            "UDP sessions open now (also counted in edgelink_active_connections)",
+        ),
+        ("listener_up", "1 when the forward's listener is up"),
+        ("target_reachable", "1 reachable, 0 unreachable, -1 unknown"),
+        ("queue_length", "TCP clients waiting for a place now"),
+    ]
+    .into_iter()
+    .map(|(n, h)| (n, h, Family::default()))
+    .collect();
+    let latency: Family<Labels, LatencyMetric> = Family::default();
+    for a in &status.attachments {
+        for f in &a.forwards {
+            let labels: Labels = vec![
+                (
+                    "pod_namespace".into(),
+                    a.pod_namespace.clone().unwrap_or_default(),
+                ),
+                ("pod".into(), a.pod_name.clone().unwrap_or_default()),
+                (
+                    "container_id".into(),
+                    a.container_id.chars().take(12).collect(),
+                ),
+                ("network".into(), a.network.clone()),
+                ("forward".into(), f.name.clone()),
+                ("protocol".into(), f.protocol.clone()),
+                ("path".into(), f.path.clone()),
+                // `forward` (cluster to device) or `reverse` (device to
+                // cluster): the same families serve both directions.
+                (
+                    "direction".into(),
+                    f.direction.clone().unwrap_or_else(|| "forward".into()),
+                ),
+            ];
+            let values = [
+                f.total_connections,
+                f.bytes_to_target,
+                f.bytes_to_client,
+                f.connect_errors,
+                f.errors,
+                f.splice_fallbacks,
+                f.refused,
+                f.udp_sessions_total,
+                f.udp_evictions,
+                f.udp_datagrams_to_target,
+                f.udp_datagrams_to_client,
+                f.udp_drops,
+                f.connections_rejected_total,
+                f.queued_total,
+                f.queue_timeouts_total,
+                f.queue_full_total,
+                f.queue_abandoned_total,
+                f.connect_retries_total,
+                f.packets_to_target.unwrap_or(0),
+                f.packets_to_client.unwrap_or(0),
+                f.idle_timeouts_total,
+            ];
+            for ((_, _, fam), v) in counters.iter().zip(values) {
+                fam.get_or_create(&labels).inc_by(v);
+            }
+            let reach = match f.reachability.state.as_str() {
+                "reachable" => 1,
+                "unreachable" => 0,
+                _ => -1,
+            };
+            let g = [
+                f.active_connections as i64,
+                f.udp_sessions as i64,
+                i64::from(f.listener == "listening"),
+                reach,
+                f.queued as i64,
+            ];
+            for ((_, _, fam), v) in gauges.iter().zip(g) {
+                fam.get_or_create(&labels).set(v);
+            }
+            if let Some(h) = &f.connect_latency {
+                latency.get_or_create(&labels).set(h.clone());
+            }
+        }
+    }
+    reg.register(
+        "connect_latency_seconds",
+        "How long successful connects to the target took",
+        latency,
+    );
+    for (n, h, fam) in counters {
+        reg.register(n, h, fam);
+    }
+    for (n, h, fam) in gauges {
+        reg.register(n, h, fam);
+    }
+    let gauge = |reg: &mut Registry, name: &str, help: &str, v: i64| {
+        let g: Gauge = Gauge::default();
+        g.set(v);
+        reg.register(name, help, g);
+    };
+    let counter = |reg: &mut Registry, name: &str, help: &str, v: u64| {
+        let c: Counter = Counter::default();
+        c.inc_by(v);
+        reg.register(name, help, c);
+    };
+    gauge(
+        &mut reg,
+        "attachments",
+        "Attachments served",
+        status.attachments.len() as i64,
+    );
+    gauge(
+        &mut reg,
+        "malformed_records",
+        "Attachment records that could not be read",
+        status.malformed_records.len() as i64,
+    );
+    counter(
+        &mut reg,
+        "reclaimed_attachments",
+        "Attachments reclaimed because their netns was gone",
+        status.reclaimed_total,
+    );
+    counter(
+        &mut reg,
+        "retired_links_deleted",
+        "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
+        status.retired_links_deleted_total,
+    );
+    gauge(
+        &mut reg,
+        "warnings",
+        "Warnings in /status (the node's conntrack table too small for the kernel path)",
+        status.warnings.len() as i64,
+    );
+    gauge(
+        &mut reg,
+        "workers",
+        "Worker threads serving connections",
+        status.workers as i64,
+    );
+    counter(
+        &mut reg,
+        "worker_replacements",
+        "Worker threads that died and were replaced",
+        status.worker_replacements_total,
+    );
+    counter(
+        &mut reg,
+        "socket_pool_taken",
+        "Upstream TCP sockets taken ready from the --socket-pool",
+        node.socket_pool_taken,
+    );
+    gauge(
+        &mut reg,
+        "pipes_in_use",
+        "Splice pipes holding data in flight",
+        node.pipes_in_use,
+    );
+    reg.register(
+        "build",
+        "The edgelinkd binary: its version and the commit it was built from",
+        Info::new(vec![
+            ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+            ("commit".to_string(), commit.to_string()),
+        ]),
+    );
+    let mut out = String::new();
+    let _ = encode(&mut out, &reg);
+    // The process_* metrics have no prefix: one registry of their own,
+    // in the same exposition (one `# EOF`, at the end).
+    let mut process = Registry::default();
+    process::Process::read().register(&mut process);
+    if let Some(body) = out.strip_suffix("# EOF\n") {
+        out.truncate(body.len());
+    }
+    let _ = encode(&mut out, &process);
+    out
+}

@@ -1,0 +1,367 @@
+//! The status webhook: POST the status JSON when attachments come or go,
+//! when a forward's listener or reachability changes (looked at each
+//! second), and at least every `--status-webhook-interval` (the counters,
+//! and a heartbeat: edgelink-operator takes a node that stopped reporting
+//! as unknown). Only the latest state is sent; failures are retried with
+//! exponential backoff (1 s to 60 s), each logged with its cause (the name
+//! did not resolve, the connection was refused, the token was refused).
+//!
+//! The URL is `--status-webhook URL`, fixed, or the content of
+//! `--status-webhook-file FILE`, read again before every POST and every
+//! second while idle: the DaemonSet mounts edgelink-operator's ConfigMap
+//! there, so a URL patched in while edgelinkd runs is taken within the
+//! kubelet's sync of the volume, without a restart. A file that is missing
+//! or empty means no webhook (yet).
+//!
+//! With `--status-webhook-token-file` each POST carries `Authorization:
+//! Bearer <the file's content>`, read at each POST so a rotated token is
+//! taken: with edgelink-operator, the pod's ServiceAccount token for the
+//! audience `edgelink-operator`, which the kubelet projects and renews and
+//! the operator has reviewed (it takes the report for the node of the pod
+//! the token is bound to only). It runs in its own task and never blocks a
+//! relay.
+
+use crate::{Error, Source, Status};
+use bytes::Bytes;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Url {
+    host: String,
+    port: u16,
+    path: String,
+}
+
+fn parse(url: &str) -> Result<Url, Error> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| Error::Scheme(url.to_string()))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_string()),
+        None => (rest, "/".to_string()),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.contains('[') => (
+            h.to_string(),
+            p.parse().map_err(|source| Error::Port {
+                url: url.to_string(),
+                source,
+            })?,
+        ),
+        _ => (authority.to_string(), 80),
+    };
+    Ok(Url {
+        host: host.trim_matches(['[', ']']).to_string(),
+        port,
+        path,
+    })
+}
+
+/// Where the URL comes from.
+#[derive(Debug, Clone)]
+pub enum UrlSource {
+    Fixed(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Display for UrlSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UrlSource::Fixed(u) => write!(f, "--status-webhook {u}"),
+            UrlSource::File(p) => write!(f, "--status-webhook-file {}", p.display()),
+        }
+    }
+}
+
+impl UrlSource {
+    /// The URL now; `None`: none configured (the file is missing or empty).
+    fn current(&self) -> Result<Option<String>, String> {
+        let p = match self {
+            UrlSource::Fixed(u) => return Ok(Some(u.clone())),
+            UrlSource::File(p) => p,
+        };
+        match std::fs::read_to_string(p) {
+            Ok(s) => Ok(Some(s.trim().to_string()).filter(|s| !s.is_empty())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", p.display())),
+        }
+    }
+}
+
+/// What makes a POST due at once: the attachments and, per forward, its
+/// listener and reachability (not its counters).
+fn signature(s: &Status) -> Vec<(String, String, String, String, String)> {
+    s.attachments
+        .iter()
+        .flat_map(|a| {
+            a.forwards.iter().map(move |f| {
+                (
+                    a.container_id.clone(),
+                    a.state.clone(),
+                    f.name.clone(),
+                    f.listener.clone(),
+                    f.reachability.state.clone(),
+                )
+            })
+        })
+        .chain(s.attachments.iter().map(|a| {
+            (
+                a.container_id.clone(),
+                a.state.clone(),
+                String::new(),
+                String::new(),
+                String::new(),
+            )
+        }))
+        .collect()
+}
+
+fn token(file: &Option<PathBuf>) -> Result<Option<String>, Error> {
+    let Some(f) = file else { return Ok(None) };
+    let t = std::fs::read_to_string(f).map_err(|source| Error::Read {
+        path: f.clone(),
+        source,
+    })?;
+    let t = t.trim();
+    if t.is_empty() {
+        return Err(Error::Empty(f.clone()));
+    }
+    Ok(Some(t.to_string()))
+}
+
+/// Bytes of a refusing answer read to quote it.
+const SAID_MAX: usize = 1024;
+
+/// POST `body` to `url`; the error says which step failed and why, as a
+/// user would look for it.
+async fn post(url: &Url, body: Vec<u8>, token: Option<String>) -> Result<(), String> {
+    const WAIT: Duration = Duration::from_secs(5);
+    let host = url.host.as_str();
+    let addrs = match tokio::time::timeout(WAIT, tokio::net::lookup_host((host, url.port))).await {
+        Err(_) => return Err(format!("cannot resolve {host}: no answer within {WAIT:?}")),
+        Ok(Err(e)) => {
+            return Err(format!(
+                "cannot resolve {host}: {e} (where the node has no cluster DNS, put the Service's ClusterIP in the URL)"
+            ))
+        }
+        Ok(Ok(a)) => a.collect::<Vec<_>>(),
+    };
+    let addr = *addrs
+        .first()
+        .ok_or_else(|| format!("{host} resolves to no address"))?;
+    let stream = match tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(addr)).await {
+        Err(_) => return Err(format!("no answer from {addr} within {WAIT:?}")),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(format!(
+                "{addr} refused the connection (nothing listens there)"
+            ))
+        }
+        Ok(Err(e)) => return Err(format!("cannot connect to {addr}: {e}")),
+        Ok(Ok(s)) => s,
+    };
+    let fail = |e: &dyn std::fmt::Display| format!("{addr}: {e}");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| fail(&e))?;
+    tokio::spawn(conn);
+    let mut req = Request::post(&url.path)
+        .header("host", format!("{}:{}", url.host, url.port))
+        .header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = req
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .map_err(|e| fail(&e))?;
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .map_err(|_| format!("{addr} took the request but did not answer within 10 s"))?
+        .map_err(|e| fail(&e))?;
+    let code = resp.status().as_u16();
+    if (200..300).contains(&code) {
+        return Ok(());
+    }
+    // The answer's first bytes at most: what the operator says, not
+    // whatever a misdirected URL streams back.
+    use http_body_util::BodyExt;
+    let mut body = resp.into_body();
+    let mut head = Vec::new();
+    let read = async {
+        while head.len() < SAID_MAX {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        head.extend_from_slice(&data);
+                    }
+                }
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(WAIT, read).await;
+    let said: String = String::from_utf8_lossy(&head)
+        .trim()
+        .chars()
+        .take(200)
+        .collect();
+    let why = match code {
+        401 | 403 => " (the token was refused)",
+        _ => "",
+    };
+    Err(format!("{addr} answered {code}{why}: {said:?}"))
+}
+
+/// Where and how often to post.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub url: UrlSource,
+    /// `--status-webhook-token-file`.
+    pub token_file: Option<PathBuf>,
+    /// `--status-webhook-interval`: the heartbeat (zero: changes only).
+    pub interval: Duration,
+}
+
+/// Start the webhook task; a URL given now must be usable, and the token
+/// file readable.
+pub fn start(d: Arc<dyn Source>, settings: Settings) -> Result<(), Error> {
+    if let Ok(Some(url)) = settings.url.current() {
+        parse(&url)?;
+    }
+    token(&settings.token_file)?;
+    tokio::spawn(run(d, settings));
+    Ok(())
+}
+
+/// Wait up to `wait`, or until the URL differs from `url`; true if it did.
+async fn url_changes(source: &UrlSource, url: &str, wait: Duration) -> bool {
+    let end = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1).min(end - tokio::time::Instant::now())).await;
+        if source.current().ok().flatten().as_deref() != Some(url) {
+            return true;
+        }
+    }
+    false
+}
+
+async fn run(d: Arc<dyn Source>, settings: Settings) {
+    let Settings {
+        url: source,
+        token_file,
+        interval: every,
+    } = settings;
+    let mut changes = d.changes();
+    let mut backoff = Duration::from_secs(1);
+    let mut last: Option<String> = None;
+    // Why nothing is posted, as last logged (said once, not every second).
+    let mut idle: Option<String> = None;
+    loop {
+        let url = match source.current() {
+            Ok(Some(u)) => u,
+            other => {
+                let why = match other {
+                    Err(e) => format!("cannot read the URL: {e}"),
+                    _ => format!("{source} names no URL"),
+                };
+                if idle.as_deref() != Some(why.as_str()) {
+                    tracing::info!("status webhook: {why}: not posting");
+                    idle = Some(why);
+                }
+                last = None;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        idle = None;
+        if last.as_deref() != Some(url.as_str()) {
+            tracing::info!(%url, "status webhook: posting to this URL");
+            last = Some(url.clone());
+            backoff = Duration::from_secs(1);
+        }
+        let target = match parse(&url) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "status webhook failed: the URL is not usable; waiting for another");
+                while !url_changes(&source, &url, Duration::from_secs(3600)).await {}
+                continue;
+            }
+        };
+        changes.borrow_and_update();
+        let status = d.status();
+        let sent = signature(&status);
+        let body = serde_json::to_vec(&status).unwrap_or_default();
+        let outcome = match token(&token_file) {
+            Ok(t) => post(&target, body, t).await,
+            Err(e) => Err(format!("the token: {e}")),
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(%url, error = %e, retry_in = %humantime::format_duration(backoff), "status webhook failed");
+            url_changes(&source, &url, backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(60));
+            continue;
+        }
+        backoff = Duration::from_secs(1);
+        let due = tokio::time::Instant::now() + every;
+        // Until something is worth telling, the heartbeat, or a new URL.
+        loop {
+            tokio::select! {
+                r = changes.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            if (!every.is_zero() && tokio::time::Instant::now() >= due)
+                || signature(&d.status()) != sent
+                || source.current().ok().flatten().as_deref() != Some(url.as_str())
+            {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse, UrlSource};
+
+    #[test]
+    fn parses_http_urls() {
+        let u = parse("http://10.0.0.5:8080/hook").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("10.0.0.5", 8080, "/hook")
+        );
+        let u = parse("http://collector").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("collector", 80, "/")
+        );
+        assert!(parse("https://x").is_err());
+    }
+
+    #[test]
+    fn a_url_file_is_read_again_and_missing_or_empty_means_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("url");
+        let s = UrlSource::File(f.clone());
+        assert_eq!(s.current(), Ok(None));
+        std::fs::write(&f, "\n").unwrap();
+        assert_eq!(s.current(), Ok(None));
+        std::fs::write(&f, "http://10.0.0.5:8080/v1/status\n").unwrap();
+        assert_eq!(
+            s.current(),
+            Ok(Some("http://10.0.0.5:8080/v1/status".into()))
+        );
+        std::fs::write(&f, "http://10.0.0.6:8080/v1/status").unwrap();
+        assert_eq!(
+            s.current(),
+            Ok(Some("http://10.0.0.6:8080/v1/status".into()))
+        );
+    }
+}
