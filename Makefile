@@ -53,6 +53,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	scripts/check-layout.py
 	scripts/gen-install-yaml.sh --check
 
 # Unit tests, kernel tests in namespaces, scenario tests driving the built

@@ -3,7 +3,7 @@
 //! reconcile loop and the orderly stop (drain, reset, exit).
 
 use crate::config::RunArgs;
-use crate::handover::Gate;
+use crate::gate::Gate;
 use edgelink_node::Node;
 use edgelink_status::http::Endpoint;
 use std::sync::{Arc, Mutex};

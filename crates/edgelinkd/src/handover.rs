@@ -13,7 +13,7 @@
 //! nothing before the Ack, so the two never serve the same sockets.
 //!
 //! One hand-over at a time, and none once the daemon is stopping: a
-//! SIGTERM during a hand-over waits for its outcome ([`Gate`]).
+//! SIGTERM during a hand-over waits for its outcome (gate.rs).
 
 use crate::daemon::Daemon;
 use edgelink_handover::lot::Item;
@@ -23,76 +23,13 @@ use edgelink_handover::{
 };
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use edgelink_handover::take::{Taken, Takeover};
 
 /// The tasks have this long to park.
 const PARK_WITHIN: Duration = Duration::from_secs(10);
-
-/// Whether the daemon serves, hands over, or stops: a hand-over and a
-/// shutdown never run at once.
-#[derive(Default)]
-pub struct Gate {
-    phase: Mutex<Phase>,
-    changed: tokio::sync::Notify,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    #[default]
-    Serving,
-    HandingOver,
-    Stopping,
-}
-
-impl Gate {
-    fn set(&self, from: Phase, to: Phase) -> bool {
-        let mut p = self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        if *p != from {
-            return false;
-        }
-        *p = to;
-        drop(p);
-        self.changed.notify_waiters();
-        true
-    }
-
-    /// Start a hand-over; `false` if one runs or the daemon is stopping.
-    fn begin(&self) -> bool {
-        self.set(Phase::Serving, Phase::HandingOver)
-    }
-
-    /// The hand-over failed: this daemon serves on.
-    fn served_on(&self) {
-        self.set(Phase::HandingOver, Phase::Serving);
-    }
-
-    /// Stop (SIGTERM): no hand-over starts from now on, and one under way
-    /// ends first: if it succeeds this process exits from it; if it fails,
-    /// this returns `true` once its state was taken back (a pass serves it
-    /// again, so that its connections drain rather than close).
-    pub async fn stop(&self) -> bool {
-        let mut waited = false;
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.set(Phase::Serving, Phase::Stopping) {
-                return waited;
-            }
-            if *self.phase.lock().unwrap_or_else(|e| e.into_inner()) == Phase::Stopping {
-                return waited;
-            }
-            if !waited {
-                tracing::info!("stopping: waiting for the hand-over under way to end");
-            }
-            waited = true;
-            changed.await;
-        }
-    }
-}
 
 /// `--takeover`: ask the daemon running on this state directory for
 /// everything it serves.

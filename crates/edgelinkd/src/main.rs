@@ -5,6 +5,7 @@
 
 mod control;
 mod daemon;
+mod gate;
 mod handover;
 mod process;
 mod status;

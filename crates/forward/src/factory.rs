@@ -86,7 +86,7 @@ fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
     // without a user namespace uid 0 is the daemon's, so a root process of
     // the pod (no capability needed) would take a share of the
     // connections. Without it, its bind fails: the port is ours
-    // (crate::listen shares the one listener among the workers).
+    // (listen.rs shares the one listener among the workers).
     // SO_REUSEADDR only for TCP (rebinding beside the TIME_WAITs of the
     // last daemon's connections); a listening TCP socket still refuses any
     // other bind of its port. Two UDP sockets with it may share a port,
@@ -169,25 +169,7 @@ impl Factory {
                         }
                         Request::Refill => {
                             let Some(f) = weak.upgrade() else { return };
-                            for (pool, domain) in
-                                [(&f.pool4, Domain::IPV4), (&f.pool6, Domain::IPV6)]
-                            {
-                                loop {
-                                    let missing = {
-                                        let p = pool.lock().unwrap_or_else(|e| e.into_inner());
-                                        f.pool_size.saturating_sub(p.len())
-                                    };
-                                    if missing == 0 {
-                                        break;
-                                    }
-                                    match tcp_socket(domain) {
-                                        Ok(s) => {
-                                            pool.lock().unwrap_or_else(|e| e.into_inner()).push(s)
-                                        }
-                                        Err(_) => break, // no IPv6 in this pod, or out of fds
-                                    }
-                                }
-                            }
+                            f.refill();
                         }
                     }
                 }
@@ -199,6 +181,25 @@ impl Factory {
             f.send(Request::Refill);
         }
         Ok(f)
+    }
+
+    /// Top the ready pools up (on the namespace's thread).
+    fn refill(&self) {
+        for (pool, domain) in [(&self.pool4, Domain::IPV4), (&self.pool6, Domain::IPV6)] {
+            loop {
+                let missing = {
+                    let p = pool.lock().unwrap_or_else(|e| e.into_inner());
+                    self.pool_size.saturating_sub(p.len())
+                };
+                if missing == 0 {
+                    break;
+                }
+                match tcp_socket(domain) {
+                    Ok(s) => pool.lock().unwrap_or_else(|e| e.into_inner()).push(s),
+                    Err(_) => break, // no IPv6 in this pod, or out of fds
+                }
+            }
+        }
     }
 
     fn send(&self, r: Request) {

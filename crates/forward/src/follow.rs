@@ -104,33 +104,13 @@ pub async fn run(r: Arc<ReverseSide>, factory: Arc<Factory>, mut stop: watch::Re
             Some(res) => {
                 r.counted_lookup();
                 match res.lookup(&host).await {
-                    Ok(answer) => {
-                        // A name that leads back into the segment is a
-                        // loop: those addresses are never used.
-                        match answer.addrs.iter().find(|ip| r.in_segment(**ip).is_none()) {
-                            Some(ip) => {
-                                let addr = SocketAddr::new(*ip, port);
-                                let before = r.lock().addr;
-                                if before != Some(addr) {
-                                    tracing::info!(forward = %r.spec.name, %host, %addr,
-                                        previous = %before.map_or("none".to_string(), |a| a.to_string()), "reverse target resolved");
-                                }
-                                r.resolved(addr, answer.name.clone());
-                                backoff = FIRST_BACKOFF;
-                                answer
-                                    .valid_until
-                                    .saturating_duration_since(Instant::now())
-                                    .max(MIN_WAIT)
-                            }
-                            None => failed(
-                                format!(
-                                    "{host} resolves to {:?}, inside the interface's subnet: a loop, refused",
-                                    answer.addrs
-                                ),
-                                true,
-                            ),
+                    Ok(answer) => match take_answer(&r, &host, port, &answer) {
+                        Ok(wait) => {
+                            backoff = FIRST_BACKOFF;
+                            wait
                         }
-                    }
+                        Err(why) => failed(why, true),
+                    },
                     Err(e) => {
                         // The configuration may have changed (or appeared):
                         // read it again before the next lookup.
@@ -151,4 +131,33 @@ pub async fn run(r: Arc<ReverseSide>, factory: Arc<Factory>, mut stop: watch::Re
             _ = stop.wait_for(|s| *s) => return,
         }
     }
+}
+
+/// Take a lookup's answer: its first address outside the segment becomes
+/// the target until the answer's TTL runs out (the wait returned). A name
+/// that leads back into the segment is a loop: those addresses are never
+/// used, and the error says so.
+fn take_answer(
+    r: &ReverseSide,
+    host: &str,
+    port: u16,
+    answer: &edgelink_resolve::Resolved,
+) -> Result<Duration, String> {
+    let Some(ip) = answer.addrs.iter().find(|ip| r.in_segment(**ip).is_none()) else {
+        return Err(format!(
+            "{host} resolves to {:?}, inside the interface's subnet: a loop, refused",
+            answer.addrs
+        ));
+    };
+    let addr = SocketAddr::new(*ip, port);
+    let before = r.lock().addr;
+    if before != Some(addr) {
+        tracing::info!(forward = %r.spec.name, %host, %addr,
+            previous = %before.map_or("none".to_string(), |a| a.to_string()), "reverse target resolved");
+    }
+    r.resolved(addr, answer.name.clone());
+    Ok(answer
+        .valid_until
+        .saturating_duration_since(Instant::now())
+        .max(MIN_WAIT))
 }

@@ -202,41 +202,17 @@ async fn accept_loop(
         let (client, peer) = match accepted {
             Ok(c) => c,
             Err(e) => {
-                // EMFILE and friends: note it, breathe, go on. At the fd
-                // limit this repeats every 50 ms: one warning a minute.
-                ctx.forward.error(format!("accept: {e}"));
-                if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    warned = Some(std::time::Instant::now());
-                    tracing::warn!(error = %e, "accept failed (repeats logged at debug for a minute)");
-                } else {
-                    tracing::debug!(error = %e, "accept failed");
-                }
+                accept_failed(&ctx, e, &mut warned);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
                     _ = ctx.stop.wait_for(|s| *s) => break,
                 }
             }
         };
-        // Gone already (reset before it was accepted): nothing to serve.
-        let Ok(local) = client.local_addr() else {
-            tracing::debug!(%peer, "the client left before it was served");
-            continue;
-        };
-        let ingress = sockopt::ingress_ifindex(&client, v6);
-        if ctx.refuses(peer, Some(local), ingress) {
-            Counters::inc(&ctx.forward.counters.refused);
-            tracing::debug!(%peer, ingress = %ingress.map_or("unknown".to_string(), |i| i.to_string()), "refused a connection (private side, or not an allowed source)");
-            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-            continue;
-        }
-        let Some(slot) = Slot::take(&ctx) else {
-            Counters::inc(&ctx.forward.rejected);
-            tracing::debug!(%peer, "the daemon's connection cap is reached: reset");
-            let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+        let Some((ends, slot)) = admit(&ctx, &client, peer, v6) else {
             continue;
         };
         let (c, g) = (ctx.clone_for(), ctx.shared.lot.guard());
-        let ends = Ends { peer, local };
         tokio::spawn(
             async move {
                 crate::connection::connection(
@@ -254,6 +230,49 @@ async fn accept_loop(
     }
     drop(listener);
     ctx.forward.set_listener("stopped");
+}
+
+/// An accept that failed (EMFILE and friends): noted in the forward's
+/// last error; at the fd limit this repeats every 50 ms, so one warning a
+/// minute and the rest at debug.
+fn accept_failed(ctx: &Ctx, e: std::io::Error, warned: &mut Option<std::time::Instant>) {
+    ctx.forward.error(format!("accept: {e}"));
+    if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+        *warned = Some(std::time::Instant::now());
+        tracing::warn!(error = %e, "accept failed (repeats logged at debug for a minute)");
+    } else {
+        tracing::debug!(error = %e, "accept failed");
+    }
+}
+
+/// Whether an accepted client is served: not gone already, not from the
+/// private side (or, for a reverse forward, an allowed source), and under
+/// the daemon's connection cap. A refused one is reset and counted.
+fn admit(
+    ctx: &Ctx,
+    client: &tokio::net::TcpStream,
+    peer: SocketAddr,
+    v6: bool,
+) -> Option<(Ends, Slot)> {
+    // Gone already (reset before it was accepted): nothing to serve.
+    let Ok(local) = client.local_addr() else {
+        tracing::debug!(%peer, "the client left before it was served");
+        return None;
+    };
+    let ingress = sockopt::ingress_ifindex(client, v6);
+    if ctx.refuses(peer, Some(local), ingress) {
+        Counters::inc(&ctx.forward.counters.refused);
+        tracing::debug!(%peer, ingress = %ingress.map_or("unknown".to_string(), |i| i.to_string()), "refused a connection (private side, or not an allowed source)");
+        let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
+        return None;
+    }
+    let Some(slot) = Slot::take(ctx) else {
+        Counters::inc(&ctx.forward.rejected);
+        tracing::debug!(%peer, "the daemon's connection cap is reached: reset");
+        let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
+        return None;
+    };
+    Some((Ends { peer, local }, slot))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! interface's addresses only, admits only its `allowedSources` arriving
 //! on that interface, and its target may be a DNS name, followed here
 //! (`follow`) with the pod's resolver. The data path is the forwards' own
-//! (crate::serve); this module must not relay anything itself.
+//! (serve.rs); this module must not relay anything itself.
 
 use edgelink_attachment::{Dns, Reverse, Target};
 use ipnetwork::IpNetwork;

@@ -135,37 +135,19 @@ impl ForwardRuntime {
         let tcp = self.spec.protocol == edgelink_attachment::Protocol::Tcp && !kernel;
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let s = self.lock();
-        let reverse = self.reverse.as_ref().map(|r| (r, r.lock().clone()));
+        let reverse = self.reverse_report();
         ForwardStatus {
             name: self.spec.name.clone(),
             protocol: self.spec.protocol.to_string(),
             port: self.spec.port,
-            target: match &reverse {
-                Some((r, _)) => r.spec.target.to_string(),
+            target: match &self.reverse {
+                Some(r) => r.spec.target.to_string(),
                 None => self.spec.target.to_string(),
             },
             direction: reverse.as_ref().map(|_| "reverse".to_string()),
-            listen: reverse
-                .as_ref()
-                .map(|(r, _)| r.listen_addrs().iter().map(|a| a.to_string()).collect()),
-            allowed_sources: reverse.as_ref().map(|(r, _)| {
-                r.spec
-                    .allowed_sources
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect()
-            }),
-            resolved: reverse
-                .as_ref()
-                .filter(|(r, _)| r.spec.target.addr().is_none())
-                .map(|(_, res)| ResolvedStatus {
-                    address: res.addr.map(|a| a.to_string()),
-                    answered_as: res.answered_as.clone(),
-                    resolved_at: (res.resolved_at > 0).then_some(res.resolved_at),
-                    error: res.error.clone(),
-                    lookups: res.lookups,
-                    resolver: res.resolver.clone(),
-                }),
+            listen: reverse.as_ref().map(|r| r.listen.clone()),
+            allowed_sources: reverse.as_ref().map(|r| r.allowed_sources.clone()),
+            resolved: reverse.and_then(|r| r.resolved),
             listener: s.listener.clone(),
             // A UDP forward's sessions are its connections (the relay counts
             // them apart; the kernel path counts its conntrack flows in
@@ -211,6 +193,29 @@ impl ForwardRuntime {
         }
     }
 
+    /// What a reverse forward adds to the report (`None`: a forward).
+    fn reverse_report(&self) -> Option<ReverseReport> {
+        let r = self.reverse.as_ref()?;
+        let res = r.lock().clone();
+        Some(ReverseReport {
+            listen: r.listen_addrs().iter().map(|a| a.to_string()).collect(),
+            allowed_sources: r
+                .spec
+                .allowed_sources
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
+            resolved: r.spec.target.addr().is_none().then(|| ResolvedStatus {
+                address: res.addr.map(|a| a.to_string()),
+                answered_as: res.answered_as.clone(),
+                resolved_at: (res.resolved_at > 0).then_some(res.resolved_at),
+                error: res.error.clone(),
+                lookups: res.lookups,
+                resolver: res.resolver.clone(),
+            }),
+        })
+    }
+
     /// UDP has no connect: a target that answered is reachable.
     fn reachability(&self, s: &ForwardState) -> Reachability {
         if self.spec.protocol == edgelink_attachment::Protocol::Udp
@@ -225,4 +230,11 @@ impl ForwardRuntime {
         }
         s.reachability.clone()
     }
+}
+
+/// A reverse forward's part of its report.
+struct ReverseReport {
+    listen: Vec<String>,
+    allowed_sources: Vec<String>,
+    resolved: Option<ResolvedStatus>,
 }

@@ -8,9 +8,12 @@
 pub mod crd;
 pub mod render;
 pub mod report;
+pub mod reported;
 pub mod reverse;
 pub mod sender;
+mod target;
 pub mod validate;
+mod verdict;
 
 #[cfg(test)]
 mod fixtures;

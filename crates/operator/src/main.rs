@@ -12,7 +12,7 @@ mod run;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edgelink_operator::render::ProxyPodSettings;
-use run::controller::Ctx;
+use run::context::Ctx;
 use run::leader::Election;
 use run::metrics::Metrics;
 use run::reports::Reports;

@@ -7,6 +7,7 @@ use crate::crd::{
     Device, EdgeNetwork, Mode, NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec,
 };
 use crate::reverse::Resolved;
+pub use crate::target::target;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement,
@@ -111,15 +112,6 @@ fn meta(d: &Device) -> ObjectMeta {
         labels: Some(labels(&name)),
         owner_references: Some(vec![owner(d)]),
         ..Default::default()
-    }
-}
-
-/// `addr:port`, or `[addr]:port` for IPv6: a forward's target.
-pub fn target(address: &str, port: u32) -> String {
-    match address.parse::<IpAddr>() {
-        Ok(IpAddr::V6(a)) => format!("[{a}]:{port}"),
-        Ok(a) => format!("{a}:{port}"),
-        Err(_) => format!("{address}:{port}"),
     }
 }
 

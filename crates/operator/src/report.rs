@@ -1,106 +1,13 @@
 //! What edgelinkd reports through `--status-webhook` (the JSON of its
 //! /status, as far as the operator reads it) and the device health made of
 //! it: per port listening, reachable, connections, bytes; the
-//! `DeviceReachable` condition. The wire format is edgelinkd's model.rs;
-//! unknown fields are ignored and missing ones take defaults, so either
-//! side may be upgraded first.
+//! `DeviceReachable` condition. The wire types are reported.rs's.
 
 use crate::crd::{Device, PortStatus, Protocol, ReverseStatus};
+pub use crate::reported::*;
 use crate::reverse::Resolved;
-use serde::Deserialize;
+pub use crate::verdict::Verdict;
 use std::time::{Duration, SystemTime};
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct NodeReport {
-    pub node: String,
-    pub version: String,
-    pub attachments: Vec<ReportAttachment>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ReportAttachment {
-    pub container_id: String,
-    pub ifname: String,
-    pub pod_namespace: Option<String>,
-    pub pod_name: Option<String>,
-    /// `serving` or `failed`.
-    pub state: String,
-    pub error: Option<String>,
-    pub interface: ReportInterface,
-    pub forwards: Vec<ReportForward>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ReportInterface {
-    pub name: String,
-    pub ips: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ReportForward {
-    pub name: String,
-    /// `reverse` for a reverse forward (devices calling the cluster);
-    /// empty or `forward` otherwise.
-    pub direction: String,
-    pub protocol: String,
-    pub port: u32,
-    pub listener: String,
-    pub active_connections: u64,
-    pub total_connections: u64,
-    pub bytes_to_target: u64,
-    pub bytes_to_client: u64,
-    pub udp_sessions_total: u64,
-    pub last_error: Option<String>,
-    pub reachability: ReportReachability,
-    /// A reverse forward whose target is a name: how it resolves now.
-    pub resolved: Option<ReportResolved>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ReportResolved {
-    /// The address new connections go to.
-    pub address: Option<String>,
-    /// Why the last lookup failed.
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ReportReachability {
-    /// `reachable`, `unreachable` or `unknown`.
-    pub state: String,
-    pub error: Option<String>,
-}
-
-/// A report as received.
-#[derive(Debug, Clone)]
-pub struct Received {
-    pub report: NodeReport,
-    pub at: SystemTime,
-}
-
-/// A condition's status, reason and message, before it gets its times.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    pub status: &'static str,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Verdict {
-    fn new(status: &'static str, reason: &'static str, message: impl Into<String>) -> Verdict {
-        Verdict {
-            status,
-            reason,
-            message: message.into(),
-        }
-    }
-}
 
 /// The device's health as its node's edgelinkd last told it.
 #[derive(Debug, Clone, PartialEq)]

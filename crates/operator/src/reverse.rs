@@ -10,8 +10,9 @@
 
 use crate::crd::{Device, DeviceReverse, EdgeNetwork, Protocol, ReverseStatus, ServiceRef};
 use crate::crd::{MAX_CONNECTIONS, MAX_CONNECT_RETRIES, MAX_IDLE_TIMEOUT_MS, MAX_QUEUE_TIMEOUT_MS};
-use crate::render::target;
-use crate::report::{ReportAttachment, Verdict};
+use crate::reported::ReportAttachment;
+use crate::target::target;
+use crate::verdict::Verdict;
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

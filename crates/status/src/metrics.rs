@@ -1,7 +1,7 @@
 //! /metrics: the counters of every forward, labelled by pod and forward,
 //! encoded with prometheus-client (OpenMetrics text).
 
-use crate::{LatencySnapshot, Source};
+use crate::{AttachmentStatus, ForwardStatus, Gauges, LatencySnapshot, Source, Status};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -46,162 +46,172 @@ impl EncodeMetric for LatencyMetric {
     }
 }
 
-/// Render the current state. A fresh registry per scrape: the set of
-/// attachments changes as pods come and go, and stale series must vanish.
-pub fn render(d: &dyn Source, commit: &str) -> String {
-    let status = d.status();
-    let node = d.gauges();
-    let mut reg = Registry::with_prefix("edgelink");
-    let counters: Vec<(&str, &str, Family<Labels, Counter>)> = [
+/// The families of every forward's counters (each `_total`), in the
+/// order of [`counter_values`].
+const COUNTERS: [(&str, &str); 21] = [
+    (
+        "connections",
+        "Connections accepted (TCP) or sessions created (UDP), as TOTAL in edgelinkd status",
+    ),
+    (
+        "bytes_to_target",
+        "Bytes relayed from clients to the target",
+    ),
+    (
+        "bytes_to_client",
+        "Bytes relayed from the target to clients",
+    ),
+    (
+        "connect_errors",
+        "Connects to the target that failed or timed out",
+    ),
+    ("errors", "Connections that ended with an error"),
+    (
+        "splice_fallbacks",
+        "Times splice was refused and a plain copy was used",
+    ),
+    ("refused", "Connections or datagrams refused (private side)"),
+    (
+        "udp_sessions",
+        "UDP sessions created (also counted in edgelink_connections_total)",
+    ),
+    ("udp_evictions", "UDP sessions evicted from a full table"),
+    (
+        "udp_datagrams_to_target",
+        "UDP datagrams relayed to the target",
+    ),
+    (
+        "udp_datagrams_to_client",
+        "UDP datagrams relayed back to clients",
+    ),
+    ("udp_drops", "UDP datagrams dropped"),
+    (
+        "connections_rejected",
+        "TCP connections reset at once because the daemon's --max-connections was reached",
+    ),
+    (
+        "queued",
+        "TCP clients that waited for a place under maxConnections",
+    ),
+    (
+        "queue_timeouts",
+        "TCP clients closed after waiting longer than the queue timeout",
+    ),
+    (
+        "queue_full",
+        "TCP clients reset at once because the queue was full",
+    ),
+    ("queue_abandoned", "TCP clients that reset while waiting"),
+    ("connect_retries", "Connects to the target tried again"),
+    (
+        "packets_to_target",
+        "Kernel path: packets from clients to the target (nft counters)",
+    ),
+    (
+        "packets_to_client",
+        "Kernel path: packets from the target back to clients (nft counters)",
+    ),
+    (
+        "idle_timeouts",
+        "TCP connections reset because nothing moved for the idle timeout",
+    ),
+];
+
+/// The families of every forward's gauges, in the order of
+/// [`gauge_values`].
+const GAUGES: [(&str, &str); 5] = [
+    (
+        "active_connections",
+        "Connections being relayed (TCP) or sessions open (UDP) now, as ACTIVE in edgelinkd status",
+    ),
+    (
+        "active_udp_sessions",
+        "UDP sessions open now (also counted in edgelink_active_connections)",
+    ),
+    ("listener_up", "1 when the forward's listener is up"),
+    ("target_reachable", "1 reachable, 0 unreachable, -1 unknown"),
+    ("queue_length", "TCP clients waiting for a place now"),
+];
+
+/// A forward's series: its pod, attachment and forward.
+fn labels(a: &AttachmentStatus, f: &ForwardStatus) -> Labels {
+    vec![
         (
-            "connections",
-            "Connections accepted (TCP) or sessions created (UDP), as TOTAL in edgelinkd status",
+            "pod_namespace".into(),
+            a.pod_namespace.clone().unwrap_or_default(),
         ),
+        ("pod".into(), a.pod_name.clone().unwrap_or_default()),
         (
-            "bytes_to_target",
-            "Bytes relayed from clients to the target",
+            "container_id".into(),
+            a.container_id.chars().take(12).collect(),
         ),
+        ("network".into(), a.network.clone()),
+        ("forward".into(), f.name.clone()),
+        ("protocol".into(), f.protocol.clone()),
+        ("path".into(), f.path.clone()),
+        // `forward` (cluster to device) or `reverse` (device to
+        // cluster): the same families serve both directions.
         (
-            "bytes_to_client",
-            "Bytes relayed from the target to clients",
-        ),
-        (
-            "connect_errors",
-            "Connects to the target that failed or timed out",
-        ),
-        ("errors", "Connections that ended with an error"),
-        (
-            "splice_fallbacks",
-            "Times splice was refused and a plain copy was used",
-        ),
-        ("refused", "Connections or datagrams refused (private side)"),
-        (
-            "udp_sessions",
-            "UDP sessions created (also counted in edgelink_connections_total)",
-        ),
-        ("udp_evictions", "UDP sessions evicted from a full table"),
-        (
-            "udp_datagrams_to_target",
-            "UDP datagrams relayed to the target",
-        ),
-        (
-            "udp_datagrams_to_client",
-            "UDP datagrams relayed back to clients",
-        ),
-        ("udp_drops", "UDP datagrams dropped"),
-        (
-            "connections_rejected",
-            "TCP connections reset at once because the daemon's --max-connections was reached",
-        ),
-        (
-            "queued",
-            "TCP clients that waited for a place under maxConnections",
-        ),
-        (
-            "queue_timeouts",
-            "TCP clients closed after waiting longer than the queue timeout",
-        ),
-        (
-            "queue_full",
-            "TCP clients reset at once because the queue was full",
-        ),
-        ("queue_abandoned", "TCP clients that reset while waiting"),
-        ("connect_retries", "Connects to the target tried again"),
-        (
-            "packets_to_target",
-            "Kernel path: packets from clients to the target (nft counters)",
-        ),
-        (
-            "packets_to_client",
-            "Kernel path: packets from the target back to clients (nft counters)",
-        ),
-        (
-            "idle_timeouts",
-            "TCP connections reset because nothing moved for the idle timeout",
+            "direction".into(),
+            f.direction.clone().unwrap_or_else(|| "forward".into()),
         ),
     ]
-    .into_iter()
-    .map(|(n, h)| (n, h, Family::default()))
-    .collect();
-    let gauges: Vec<(&str, &str, Family<Labels, Gauge>)> = [
-        (
-            "active_connections",
-            "Connections being relayed (TCP) or sessions open (UDP) now, as ACTIVE in edgelinkd status",
-        ),
-        (
-            "active_udp_sessions",
-            "UDP sessions open now (also counted in edgelink_active_connections)",
-        ),
-        ("listener_up", "1 when the forward's listener is up"),
-        ("target_reachable", "1 reachable, 0 unreachable, -1 unknown"),
-        ("queue_length", "TCP clients waiting for a place now"),
+}
+
+fn counter_values(f: &ForwardStatus) -> [u64; COUNTERS.len()] {
+    [
+        f.total_connections,
+        f.bytes_to_target,
+        f.bytes_to_client,
+        f.connect_errors,
+        f.errors,
+        f.splice_fallbacks,
+        f.refused,
+        f.udp_sessions_total,
+        f.udp_evictions,
+        f.udp_datagrams_to_target,
+        f.udp_datagrams_to_client,
+        f.udp_drops,
+        f.connections_rejected_total,
+        f.queued_total,
+        f.queue_timeouts_total,
+        f.queue_full_total,
+        f.queue_abandoned_total,
+        f.connect_retries_total,
+        f.packets_to_target.unwrap_or(0),
+        f.packets_to_client.unwrap_or(0),
+        f.idle_timeouts_total,
     ]
-    .into_iter()
-    .map(|(n, h)| (n, h, Family::default()))
-    .collect();
+}
+
+fn gauge_values(f: &ForwardStatus) -> [i64; GAUGES.len()] {
+    let reach = match f.reachability.state.as_str() {
+        "reachable" => 1,
+        "unreachable" => 0,
+        _ => -1,
+    };
+    [
+        f.active_connections as i64,
+        f.udp_sessions as i64,
+        i64::from(f.listener == "listening"),
+        reach,
+        f.queued as i64,
+    ]
+}
+
+/// Every forward's series, one family per figure.
+fn register_forwards(reg: &mut Registry, status: &Status) {
+    let counters: Vec<Family<Labels, Counter>> =
+        COUNTERS.iter().map(|_| Family::default()).collect();
+    let gauges: Vec<Family<Labels, Gauge>> = GAUGES.iter().map(|_| Family::default()).collect();
     let latency: Family<Labels, LatencyMetric> = Family::default();
     for a in &status.attachments {
         for f in &a.forwards {
-            let labels: Labels = vec![
-                (
-                    "pod_namespace".into(),
-                    a.pod_namespace.clone().unwrap_or_default(),
-                ),
-                ("pod".into(), a.pod_name.clone().unwrap_or_default()),
-                (
-                    "container_id".into(),
-                    a.container_id.chars().take(12).collect(),
-                ),
-                ("network".into(), a.network.clone()),
-                ("forward".into(), f.name.clone()),
-                ("protocol".into(), f.protocol.clone()),
-                ("path".into(), f.path.clone()),
-                // `forward` (cluster to device) or `reverse` (device to
-                // cluster): the same families serve both directions.
-                (
-                    "direction".into(),
-                    f.direction.clone().unwrap_or_else(|| "forward".into()),
-                ),
-            ];
-            let values = [
-                f.total_connections,
-                f.bytes_to_target,
-                f.bytes_to_client,
-                f.connect_errors,
-                f.errors,
-                f.splice_fallbacks,
-                f.refused,
-                f.udp_sessions_total,
-                f.udp_evictions,
-                f.udp_datagrams_to_target,
-                f.udp_datagrams_to_client,
-                f.udp_drops,
-                f.connections_rejected_total,
-                f.queued_total,
-                f.queue_timeouts_total,
-                f.queue_full_total,
-                f.queue_abandoned_total,
-                f.connect_retries_total,
-                f.packets_to_target.unwrap_or(0),
-                f.packets_to_client.unwrap_or(0),
-                f.idle_timeouts_total,
-            ];
-            for ((_, _, fam), v) in counters.iter().zip(values) {
+            let labels = labels(a, f);
+            for (fam, v) in counters.iter().zip(counter_values(f)) {
                 fam.get_or_create(&labels).inc_by(v);
             }
-            let reach = match f.reachability.state.as_str() {
-                "reachable" => 1,
-                "unreachable" => 0,
-                _ => -1,
-            };
-            let g = [
-                f.active_connections as i64,
-                f.udp_sessions as i64,
-                i64::from(f.listener == "listening"),
-                reach,
-                f.queued as i64,
-            ];
-            for ((_, _, fam), v) in gauges.iter().zip(g) {
+            for (fam, v) in gauges.iter().zip(gauge_values(f)) {
                 fam.get_or_create(&labels).set(v);
             }
             if let Some(h) = &f.connect_latency {
@@ -214,76 +224,84 @@ pub fn render(d: &dyn Source, commit: &str) -> String {
         "How long successful connects to the target took",
         latency,
     );
-    for (n, h, fam) in counters {
+    for ((n, h), fam) in COUNTERS.into_iter().zip(counters) {
         reg.register(n, h, fam);
     }
-    for (n, h, fam) in gauges {
+    for ((n, h), fam) in GAUGES.into_iter().zip(gauges) {
         reg.register(n, h, fam);
     }
-    let gauge = |reg: &mut Registry, name: &str, help: &str, v: i64| {
-        let g: Gauge = Gauge::default();
-        g.set(v);
-        reg.register(name, help, g);
-    };
-    let counter = |reg: &mut Registry, name: &str, help: &str, v: u64| {
-        let c: Counter = Counter::default();
-        c.inc_by(v);
-        reg.register(name, help, c);
-    };
-    gauge(
-        &mut reg,
-        "attachments",
-        "Attachments served",
-        status.attachments.len() as i64,
-    );
-    gauge(
-        &mut reg,
-        "malformed_records",
-        "Attachment records that could not be read",
-        status.malformed_records.len() as i64,
-    );
-    counter(
-        &mut reg,
-        "reclaimed_attachments",
-        "Attachments reclaimed because their netns was gone",
-        status.reclaimed_total,
-    );
-    counter(
-        &mut reg,
-        "retired_links_deleted",
-        "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
-        status.retired_links_deleted_total,
-    );
-    gauge(
-        &mut reg,
-        "warnings",
-        "Warnings in /status (the node's conntrack table too small for the kernel path)",
-        status.warnings.len() as i64,
-    );
-    gauge(
-        &mut reg,
-        "workers",
-        "Worker threads serving connections",
-        status.workers as i64,
-    );
-    counter(
-        &mut reg,
-        "worker_replacements",
-        "Worker threads that died and were replaced",
-        status.worker_replacements_total,
-    );
-    counter(
-        &mut reg,
-        "socket_pool_taken",
-        "Upstream TCP sockets taken ready from the --socket-pool",
-        node.socket_pool_taken,
-    );
-    gauge(
-        &mut reg,
-        "pipes_in_use",
-        "Splice pipes holding data in flight",
-        node.pipes_in_use,
-    );
+}
+
+/// A figure of the node as a whole.
+enum Figure {
+    Gauge(i64),
+    Counter(u64),
+}
+
+/// The node's own series, and the binary's build.
+fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str) {
+    use Figure::{Counter as C, Gauge as G};
+    let figures = [
+        (
+            "attachments",
+            "Attachments served",
+            G(status.attachments.len() as i64),
+        ),
+        (
+            "malformed_records",
+            "Attachment records that could not be read",
+            G(status.malformed_records.len() as i64),
+        ),
+        (
+            "reclaimed_attachments",
+            "Attachments reclaimed because their netns was gone",
+            C(status.reclaimed_total),
+        ),
+        (
+            "retired_links_deleted",
+            "Pod interfaces retired by the plugin's DEL and deleted by the daemon",
+            C(status.retired_links_deleted_total),
+        ),
+        (
+            "warnings",
+            "Warnings in /status (the node's conntrack table too small for the kernel path)",
+            G(status.warnings.len() as i64),
+        ),
+        (
+            "workers",
+            "Worker threads serving connections",
+            G(status.workers as i64),
+        ),
+        (
+            "worker_replacements",
+            "Worker threads that died and were replaced",
+            C(status.worker_replacements_total),
+        ),
+        (
+            "socket_pool_taken",
+            "Upstream TCP sockets taken ready from the --socket-pool",
+            C(node.socket_pool_taken),
+        ),
+        (
+            "pipes_in_use",
+            "Splice pipes holding data in flight",
+            G(node.pipes_in_use),
+        ),
+    ];
+    for (name, help, v) in figures {
+        match v {
+            G(v) => {
+                let g: Gauge = Gauge::default();
+                g.set(v);
+                reg.register(name, help, g);
+            }
+            C(v) => {
+                let c: Counter = Counter::default();
+                c.inc_by(v);
+                reg.register(name, help, c);
+            }
+        }
+    }
     reg.register(
         "build",
         "The edgelinkd binary: its version and the commit it was built from",
@@ -292,6 +310,15 @@ pub fn render(d: &dyn Source, commit: &str) -> String {
             ("commit".to_string(), commit.to_string()),
         ]),
     );
+}
+
+/// Render the current state. A fresh registry per scrape: the set of
+/// attachments changes as pods come and go, and stale series must vanish.
+pub fn render(d: &dyn Source, commit: &str) -> String {
+    let status = d.status();
+    let mut reg = Registry::with_prefix("edgelink");
+    register_forwards(&mut reg, &status);
+    register_node(&mut reg, &status, d.gauges(), commit);
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
     // The process_* metrics have no prefix: one registry of their own,

@@ -18,11 +18,11 @@
 //! its EdgeNetwork, of a Service its reverse entries name, and when its
 //! node's report changes its proxy's states.
 
+use crate::run::context::{kube_err, Ctx, Error};
 use crate::run::make::{make, Made};
-use crate::run::metrics::{Metrics, Outcome, Reason};
-use crate::run::reports::Reports;
+use crate::run::metrics::{Outcome, Reason};
 use edgelink_operator::crd::{Device, DeviceStatus, EdgeNetwork, NetworkAttachmentDefinition};
-use edgelink_operator::render::{self, ProxyPodSettings, DEVICE_LABEL, MANAGER};
+use edgelink_operator::render::{self, DEVICE_LABEL, MANAGER};
 use edgelink_operator::report::{self, Verdict};
 use edgelink_operator::reverse::Resolved;
 use futures_util::StreamExt;
@@ -33,43 +33,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
-use std::fmt::Debug;
+use kube::{Resource, ResourceExt};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{what}: {source}")]
-    Kube {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-pub(crate) fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Kube { what, source }
-}
-
-pub struct Ctx {
-    pub client: Client,
-    pub settings: ProxyPodSettings,
-    pub reports: Arc<Reports>,
-    pub metrics: Arc<Metrics>,
-    /// Reconcile every Device at least this often.
-    pub resync: Duration,
-    /// A report older than this tells nothing.
-    pub stale_after: Duration,
-    /// Reports may not have arrived yet this soon after taking the lead:
-    /// keep the DeviceReachable the Device has.
-    pub started: Instant,
-    /// The cluster's DNS domain, for a headless Service a reverse entry
-    /// names.
-    pub cluster_domain: String,
-}
 
 fn cond(type_: &str, v: &Verdict, generation: Option<i64>, old: &[Condition]) -> Condition {
     let now = Time(k8s_openapi::jiff::Timestamp::now());

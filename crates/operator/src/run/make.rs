@@ -4,7 +4,7 @@
 //! why not. It never writes the Device's status (the controller does),
 //! and never touches an object of the Device's name it does not own.
 
-use crate::run::controller::{kube_err, Ctx, Error};
+use crate::run::context::{kube_err, Ctx, Error};
 use edgelink_operator::crd::{Device, EdgeNetwork, NetworkAttachmentDefinition};
 use edgelink_operator::render::{self, MANAGER};
 use edgelink_operator::reverse::Resolved;

@@ -4,7 +4,7 @@
 //! ClusterIP re-renders their NADs. Reads only: the operator never writes
 //! a Service it does not own.
 
-use crate::run::controller::{kube_err, Error};
+use crate::run::context::{kube_err, Error};
 use edgelink_operator::crd::Device;
 use edgelink_operator::reverse::{service_keys, Services};
 use k8s_openapi::api::core::v1::Service;

@@ -19,7 +19,8 @@
 //! the device reads again. The watch is one more readiness future in that
 //! wait: nothing while bytes move.
 
-use super::{reset, uncork, DirEnd, Direction, FLAGS};
+use super::direction::{uncork, Direction, FLAGS};
+use super::{reset, DirEnd};
 use crate::counters::Counters;
 use crate::pipe::Pipe;
 use socket2::SockRef;

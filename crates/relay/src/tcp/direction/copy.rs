@@ -3,11 +3,10 @@
 //! for one burst, when no descriptor is left for a pipe
 //! ([`Direction::copy_burst`]).
 
-use super::{
-    would_block, DirEnd, Direction, BURST_BUFFER_SIZE, BURST_READS, COPY_BUFFER_SIZE, YIELD_EVERY,
-};
+use super::{would_block, Direction};
 use crate::counters::Counters;
 use crate::pipe::Pipe;
+use crate::tcp::{DirEnd, BURST_BUFFER_SIZE, BURST_READS, COPY_BUFFER_SIZE, YIELD_EVERY};
 use nix::sys::socket::MsgFlags;
 use std::io;
 use std::os::fd::AsRawFd;

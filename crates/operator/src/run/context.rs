@@ -1,0 +1,42 @@
+//! What every step of a Device's reconcile is given ([`Ctx`]: the client,
+//! the proxy pods' settings, the nodes' reports, the metrics, the timing)
+//! and the one way it fails ([`Error`]: an API call, named).
+
+use crate::run::metrics::Metrics;
+use crate::run::reports::Reports;
+use edgelink_operator::render::ProxyPodSettings;
+use kube::Client;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub(crate) fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Kube { what, source }
+}
+
+pub struct Ctx {
+    pub client: Client,
+    pub settings: ProxyPodSettings,
+    pub reports: Arc<Reports>,
+    pub metrics: Arc<Metrics>,
+    /// Reconcile every Device at least this often.
+    pub resync: Duration,
+    /// A report older than this tells nothing.
+    pub stale_after: Duration,
+    /// Reports may not have arrived yet this soon after taking the lead:
+    /// keep the DeviceReachable the Device has.
+    pub started: Instant,
+    /// The cluster's DNS domain, for a headless Service a reverse entry
+    /// names.
+    pub cluster_domain: String,
+}
