@@ -234,7 +234,7 @@ mod tests {
     use super::*;
     use crate::fixtures::device;
 
-    /// A report as edgelinkd's model.rs writes it (a trimmed /status).
+    /// A report as edgelinkd writes it (edgelink-status's model, a trimmed /status).
     fn report(api: &str, api_err: Option<&str>) -> NodeReport {
         serde_json::from_value(serde_json::json!({
             "node": "kedge1", "version": "0.1.0", "startedAt": 1, "lastReconcileAt": 2, "draining": false,
