@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A single-node Kubernetes v1.20.2 lab on this machine, inside namespaces of
-# its own: docs/kube-lab.md.
+# its own: docs/kube-lab.md. KUBE=1.36: the current profile, four nodes
+# (scripts/kube-lab/current/), Kubernetes built from the Go module proxy
+# (issue 23: up and down; the checks still run on KUBE=1.20).
 #
 #   scripts/kube-lab.sh build    build or reuse the cache under /var/tmp/edgelink-kube
 #   scripts/kube-lab.sh up       build if needed, start the node kedge1 (idempotent)
@@ -20,12 +22,18 @@ cmd=${1:-}
 case $cmd in
   build)
     t0=$SECONDS
-    "$HERE/build-k8s.sh"
-    "$HERE/build-deps.sh"
+    if [[ $KUBE == 1.20 ]]; then
+      "$HERE/build-k8s.sh"
+      "$HERE/build-deps.sh"
+    else
+      "$HERE/build-k8s-modproxy.sh"
+      "$HERE/build-deps-current.sh"
+      "$HERE/build-deps.sh" images
+    fi
     log "build: $((SECONDS - t0)) s"
     ;;
-  up) "$HERE/up.sh" ;;
-  down) "$HERE/down.sh" ;;
+  up) if [[ $KUBE == 1.20 ]]; then "$HERE/up.sh"; else "$HERE/current/up.sh"; fi ;;
+  down) if [[ $KUBE == 1.20 ]]; then "$HERE/down.sh"; else "$HERE/current/down.sh"; fi ;;
   env)
     echo "export KUBECONFIG=$RUN/kube/admin.kubeconfig"
     echo "export PATH=$BIN:\$PATH"
@@ -38,7 +46,7 @@ case $cmd in
   status) "$HERE/status.sh" ;;
   cached) cache_ready ;;
   *)
-    sed -n '2,14s/^# \{0,1\}//p' "$0" >&2
+    sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
     exit 2
     ;;
 esac

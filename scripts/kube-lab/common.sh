@@ -2,11 +2,28 @@
 # shellcheck disable=SC2034  # the variables are used by the scripts that source this
 # Shared settings for scripts/kube-lab.sh and its helpers. Sourced, not run.
 
-K8S_VERSION=v1.20.2
-K8S_DEB_SRC_VERSION=1.20.5+really1.20.2-1.1+deb12u1
+# KUBE picks the profile: 1.20, the floor (built from Debian's source
+# package with Go 1.19, the lab of docs/kube-lab.md), or 1.36, the current
+# one (built from the Go module proxy with Go >= 1.26; issue 23: its build
+# is scripted, its multi-node lab is not yet). Each has a cache of its own.
+KUBE=${KUBE:-1.20}
+case $KUBE in
+  1.20)
+    K8S_VERSION=v1.20.2
+    K8S_DEB_SRC_VERSION=1.20.5+really1.20.2-1.1+deb12u1
+    DEFAULT_CACHE=/var/tmp/edgelink-kube
+    ;;
+  1.36)
+    K8S_VERSION=v1.36.3
+    STAGING_VERSION=v0.36.3  # k8s.io/api, client-go, ... published beside it
+    K8S_GO=1.26.0            # the `go` line of its go.mod
+    DEFAULT_CACHE=/var/tmp/edgelink-kube-1.36
+    ;;
+  *) printf '[kube-lab] error: KUBE=%s: the profiles are 1.20 and 1.36\n' "$KUBE" >&2; exit 2 ;;
+esac
 MULTUS_VERSION=v4.0.2
 
-CACHE=${KUBE_LAB_CACHE:-/var/tmp/edgelink-kube}
+CACHE=${KUBE_LAB_CACHE:-$DEFAULT_CACHE}
 RUN=${KUBE_LAB_RUN:-$CACHE/run}          # lab state: removed by `down`
 BIN=$CACHE/bin                           # kube binaries, etcd, etcdctl
 MULTUS_DIR=$CACHE/multus
@@ -27,15 +44,37 @@ API_SERVICE_IP=10.0.0.1
 log() { printf '[kube-lab] %s\n' "$*" >&2; }
 die() { printf '[kube-lab] error: %s\n' "$*" >&2; exit 1; }
 
+# wait_for WHAT SECONDS CMD...
+wait_for() {
+  local what=$1 t=$2 i; shift 2
+  for ((i = 0; i < t * 2; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  die "$what not ready after ${t}s (logs under $RUN)"
+}
+
 # A stamp file says a cached artefact was built for a given key.
 stamp_ok() { [[ -f $1 && $(cat "$1") == "$2" ]]; }
 stamp_set() { printf '%s\n' "$2" >"$1"; }
 # The keys of the two slow builds: a change of version or of Go rebuilds.
-k8s_key() { echo "k8s $K8S_VERSION deb $K8S_DEB_SRC_VERSION $(go version 2>/dev/null || echo nogo)"; }
+k8s_key() {
+  if [[ $KUBE == 1.20 ]]; then
+    echo "k8s $K8S_VERSION deb $K8S_DEB_SRC_VERSION $(go version 2>/dev/null || echo nogo)"
+  else
+    echo "k8s $K8S_VERSION modproxy $STAGING_VERSION $(go version 2>/dev/null || echo nogo)"
+  fi
+}
+# The Go a profile built from the module proxy needs at least.
+go_wanted() { echo "${K8S_GO:?only the module-proxy profiles name a Go}"; }
 multus_key() { echo "multus $MULTUS_VERSION $(go version 2>/dev/null || echo nogo)"; }
 # cache_ready: whether Kubernetes and Multus are built (the rest `up` makes
 # in seconds); says what is missing on stderr otherwise.
 cache_ready() {
+  if [[ $KUBE != 1.20 ]]; then
+    echo "the KUBE=$KUBE profile has no lab yet (issue 23): only its build (scripts/kube-lab.sh build)" >&2
+    return 1
+  fi
   local missing=()
   stamp_ok "$BIN/.stamp-k8s" "$(k8s_key)" || missing+=("Kubernetes $K8S_VERSION (scripts/kube-lab.sh build, ~8 min)")
   { stamp_ok "$MULTUS_DIR/.stamp" "$(multus_key)" && [[ -x $MULTUS_DIR/multus ]]; } ||
@@ -66,4 +105,48 @@ recorded_pid() {
   [[ $pid =~ ^[0-9]+$ ]] || return 0
   if [[ -n ${st:-} && $(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null) == "$st" ]]; then echo "$pid"; fi
   return 0
+}
+
+# stop_pids PID...: TERM, up to 10 s, then KILL.
+stop_pids() {
+  (($#)) || return 0
+  local p i alive stubborn=()
+  kill -TERM "$@" 2>/dev/null || true
+  for ((i = 0; i < 20; i++)); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || return 0
+    sleep 0.5
+  done
+  for p in "$@"; do kill -0 "$p" 2>/dev/null && stubborn+=("$p"); done
+  if ((${#stubborn[@]})); then
+    log "killing ${#stubborn[@]} that did not stop in 10 s"
+    kill -KILL "${stubborn[@]}" 2>/dev/null || true
+    sleep 1
+  fi
+}
+
+# with_descendants PID...: those processes and all their descendants (from
+# the parent links of every process), not this shell.
+with_descendants() {
+  (($#)) || return 0
+  ps -e -o pid=,ppid= | awk -v s="$*" '
+    BEGIN { n = split(s, a, " "); for (i = 1; i <= n; i++) keep[a[i]] = 1 }
+    { par[$1] = $2 }
+    END {
+      do { grew = 0; for (p in par) if (!(p in keep) && (par[p] in keep)) { keep[p] = 1; grew = 1 } } while (grew)
+      for (p in keep) print p
+    }' | grep -vx "$$" || true
+}
+
+# in_mount_ns FILE: the processes whose mount namespace is FILE's (a bind
+# mount of /proc/PID/ns/mnt).
+in_mount_ns() {
+  local ns f p
+  [[ -f $1 ]] && mountpoint -q "$1" || return 0
+  ns=$(stat -L -c %i "$1" 2>/dev/null) || return 0
+  for f in /proc/[0-9]*/ns/mnt; do
+    [[ $(stat -L -c %i "$f" 2>/dev/null) == "$ns" ]] || continue
+    p=${f#/proc/}; echo "${p%%/*}"
+  done
 }

@@ -11,50 +11,16 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # namespace (containerd's shims included), and all their descendants
 # (the containers).
 lab_pids() {
-  local seeds=() p f ns=""
+  local seeds=() p f
   for f in "$RUN"/pids/*.pid; do
     [[ -f $f ]] || continue
     p=$(recorded_pid "$(basename "$f" .pid)")
     [[ -n $p ]] && seeds+=("$p")
   done
-  if [[ -f $RUN/ns/mnt ]] && mountpoint -q "$RUN/ns/mnt"; then
-    ns=$(stat -L -c %i "$RUN/ns/mnt" 2>/dev/null || true)
-  fi
-  if [[ -n $ns ]]; then
-    for f in /proc/[0-9]*/ns/mnt; do
-      [[ $(stat -L -c %i "$f" 2>/dev/null) == "$ns" ]] || continue
-      p=${f#/proc/}; seeds+=("${p%%/*}")
-    done
-  fi
-  ((${#seeds[@]})) || return 0
-  # descendants, from the parent links of all processes
-  ps -e -o pid=,ppid= | awk -v s="${seeds[*]}" '
-    BEGIN { n = split(s, a, " "); for (i = 1; i <= n; i++) keep[a[i]] = 1 }
-    { par[$1] = $2 }
-    END {
-      do { grew = 0; for (p in par) if (!(p in keep) && (par[p] in keep)) { keep[p] = 1; grew = 1 } } while (grew)
-      for (p in keep) print p
-    }' | grep -vx "$$" || true
+  mapfile -t -O "${#seeds[@]}" seeds < <(in_mount_ns "$RUN/ns/mnt")
+  with_descendants "${seeds[@]}"
 }
 
-# stop_pids PID...: TERM, up to 10 s, then KILL.
-stop_pids() {
-  (($#)) || return 0
-  local p i alive left=()
-  kill -TERM "$@" 2>/dev/null || true
-  for ((i = 0; i < 20; i++)); do
-    alive=0
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    ((alive)) || return 0
-    sleep 0.5
-  done
-  for p in "$@"; do kill -0 "$p" 2>/dev/null && left+=("$p"); done
-  if ((${#left[@]})); then
-    log "killing ${#left[@]} that did not stop in 10 s"
-    kill -KILL "${left[@]}" 2>/dev/null || true
-    sleep 1
-  fi
-}
 recorded() { recorded_pid "$1"; }
 
 # The node and its containers first, then the control plane, then etcd (the

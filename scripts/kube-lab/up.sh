@@ -83,15 +83,6 @@ start() {
   record_pid "$name" $!
   log "$name: started (pid $!)"
 }
-# wait_for WHAT SECONDS CMD...
-wait_for() {
-  local what=$1 t=$2 i; shift 2
-  for ((i = 0; i < t * 2; i++)); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.5
-  done
-  die "$what not ready after ${t}s (logs: $RUN/logs)"
-}
 
 # --- 4. machine-wide sysctls the kubelet sets: record them once, `down` restores --------------
 if [[ ! -f $RUN/sysctl.saved ]]; then
@@ -102,27 +93,8 @@ if [[ ! -f $RUN/sysctl.saved ]]; then
 fi
 
 # --- 5. certificates ------------------------------------------------------------------------------
-P=$RUN/pki
-if [[ ! -f $P/ca.crt ]]; then
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kube-lab-ca" \
-    -keyout "$P/ca.key" -out "$P/ca.crt" 2>/dev/null
-fi
-# cert NAME CN [O] [SAN]
-cert() {
-  local n=$1 cn=$2 o=${3:-} san=${4:-} subj
-  [[ -f $P/$n.crt ]] && return 0
-  subj="/CN=$cn"; [[ -n $o ]] && subj="/O=$o$subj"
-  openssl req -new -newkey rsa:2048 -nodes -subj "$subj" -keyout "$P/$n.key" -out "$P/$n.csr" 2>/dev/null
-  {
-    echo "basicConstraints=CA:FALSE"
-    echo "keyUsage=critical,digitalSignature,keyEncipherment"
-    if [[ -n $san ]]; then echo "extendedKeyUsage=serverAuth,clientAuth"; echo "subjectAltName=$san"
-    else echo "extendedKeyUsage=clientAuth"; fi
-  } >"$P/$n.ext"
-  openssl x509 -req -in "$P/$n.csr" -CA "$P/ca.crt" -CAkey "$P/ca.key" -CAcreateserial -days 3650 \
-    -extfile "$P/$n.ext" -out "$P/$n.crt" 2>/dev/null
-  rm -f "$P/$n.csr" "$P/$n.ext"
-}
+# shellcheck source=scripts/kube-lab/pki.sh
+. "$HERE/pki.sh"
 cert apiserver kube-apiserver "" \
   "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:$NODE,DNS:localhost,IP:$API_SERVICE_IP,IP:$NODE_IP,IP:127.0.0.1"
 cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
@@ -136,29 +108,6 @@ if [[ ! -f $P/sa.key ]]; then
   openssl genrsa -out "$P/sa.key" 2048 2>/dev/null
   openssl rsa -in "$P/sa.key" -pubout -out "$P/sa.pub" 2>/dev/null
 fi
-# kubeconfig NAME SERVER -> $RUN/kube/NAME.kubeconfig
-kubeconfig() {
-  local n=$1 server=$2 f=$RUN/kube/$1.kubeconfig
-  cat >"$f" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: kube-lab
-  cluster:
-    server: $server
-    certificate-authority-data: $(base64 -w0 "$P/ca.crt")
-users:
-- name: $n
-  user:
-    client-certificate-data: $(base64 -w0 "$P/$n.crt")
-    client-key-data: $(base64 -w0 "$P/$n.key")
-contexts:
-- name: kube-lab
-  context: {cluster: kube-lab, user: $n}
-current-context: kube-lab
-KC
-  chmod 600 "$f"
-}
 for n in admin controller-manager scheduler kubelet kube-proxy multus; do
   kubeconfig "$n" "https://$NODE_IP:6443"
 done
