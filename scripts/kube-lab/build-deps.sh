@@ -2,9 +2,10 @@
 # Everything but Kubernetes itself, cached under $CACHE:
 #   etcd (Debian etcd-server/etcd-client, extracted, never installed as a service)
 #   containerd, runc, containernetworking-plugins (Debian packages)
-#   Multus thin v4.0.2 built from $MULTUS_SRC or a cached source/binary
+#   Multus thin v4.0.2 built from $MULTUS_SRC or a cached source/binary;
+#   Multus thick (multus-thick: the daemon, the shim, their image)
 #   busybox-static images: the sandbox (pause) image and a client image
-# Usage: build-deps.sh [etcd|packages|multus|images]...   (default: all)
+# Usage: build-deps.sh [etcd|packages|multus|multus-thick|images]...   (default: the first four)
 set -euo pipefail
 # shellcheck source=scripts/kube-lab/common.sh
 . "$(dirname "$0")/common.sh"
@@ -45,13 +46,17 @@ packages() {
   log "packages: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1 {print $3}')"
 }
 
-multus() {
-  local out=$MULTUS_DIR key
-  key=$(multus_key)
-  if stamp_ok "$out/.stamp" "$key" && [[ -x $out/multus && -s $out/nad-crd.yaml ]]; then
-    log "multus: cached in $out"; return 0
-  fi
+# multus_source: Multus's source tree (tag $MULTUS_VERSION, vendored) in
+# $MULTUS_DIR/src: from $MULTUS_SRC (a tree, or a git dir with the tag),
+# else what is there already, else the 1.20 profile's copy.
+multus_source() {
+  local out=$MULTUS_DIR floor=/var/tmp/edgelink-kube/multus/src
   local src=$out/src
+  mkdir -p "$out"
+  if [[ -z ${MULTUS_SRC:-} && ! -f $src/cmd/multus/main.go && -f $floor/cmd/multus/main.go && $floor != "$src" ]]; then
+    log "multus: the source from the 1.20 profile's cache ($floor)"
+    MULTUS_SRC=$floor
+  fi
   if [[ -n ${MULTUS_SRC:-} ]]; then
     rm -rf "$src"; mkdir -p "$src"
     if [[ -f $MULTUS_SRC/cmd/multus/main.go ]]; then
@@ -67,12 +72,27 @@ multus() {
   fi
   [[ -d $src/vendor ]] || die "no Multus: $src has no vendor/ (use the $MULTUS_VERSION tag)"
   command -v go >/dev/null || die "no Go: apt-get install golang-go"
+}
+
+# multus_build CMD OUT: one of Multus's commands, static, from its vendor/.
+multus_build() {
+  (cd "$MULTUS_DIR/src" && CGO_ENABLED=0 GO111MODULE=on GOPROXY=off GOFLAGS='' GOCACHE=$CACHE/gocache \
+    go build -mod=vendor -ldflags "-s -w -X gopkg.in/k8snetworkplumbingwg/multus-cni.v4/pkg/multus.version=$MULTUS_VERSION" \
+    -o "$2.tmp" "./cmd/$1")
+  mv "$2.tmp" "$2"
+}
+
+multus() {
+  local out=$MULTUS_DIR key
+  key=$(multus_key)
+  if stamp_ok "$out/.stamp" "$key" && [[ -x $out/multus && -s $out/nad-crd.yaml ]]; then
+    log "multus: cached in $out"; return 0
+  fi
+  local src=$out/src
+  multus_source
   log "building Multus thin $MULTUS_VERSION (~4 min on 2 cores)"
   local t0=$SECONDS
-  (cd "$src" && CGO_ENABLED=0 GO111MODULE=on GOPROXY=off GOFLAGS='' GOCACHE=$CACHE/gocache \
-    go build -mod=vendor -ldflags "-s -w -X gopkg.in/k8snetworkplumbingwg/multus-cni.v4/pkg/multus.version=$MULTUS_VERSION" \
-    -o "$out/multus.tmp" ./cmd/multus)
-  mv "$out/multus.tmp" "$out/multus"
+  multus_build multus "$out/multus"
   # The NetworkAttachmentDefinition CRD, from the same tree's thin deployment.
   local dep=$src/deployments/multus-daemonset.yml
   [[ -f $dep ]] || die "no $dep in the Multus source"
@@ -84,6 +104,39 @@ multus() {
 
 # A docker-archive image from a directory: one layer, no base image.
 # make_image ROOTFS_DIR TAG OUT.tar CMD_JSON
+# Multus thick (the default install of Multus 4): multus-daemon, which runs
+# the delegates inside its container, and multus-shim, the CNI binary the
+# runtime calls; an image holding both (and busybox, for the init
+# container's cp) and the thick DaemonSet of the same tree.
+multus_thick() {
+  local out=$MULTUS_DIR key
+  key="thick $(multus_key) passwd var-run"
+  if stamp_ok "$out/.stamp-thick" "$key" && [[ -s $IMG_DIR/multus-thick.tar && -s $out/multus-thick.yml ]]; then
+    log "multus thick: cached"; return 0
+  fi
+  multus_source
+  local t0=$SECONDS r=$out/thick-root a
+  log "building Multus thick $MULTUS_VERSION (multus-daemon, multus-shim)"
+  rm -rf "$r"; mkdir -p "$r/usr/src/multus-cni/bin" "$r/bin" "$IMG_DIR"
+  multus_build multus-daemon "$r/usr/src/multus-cni/bin/multus-daemon"
+  multus_build multus-shim "$r/usr/src/multus-cni/bin/multus-shim"
+  cp /bin/busybox "$r/bin/busybox"
+  for a in sh cp ls cat; do ln -sf busybox "$r/bin/$a"; done
+  # multus-daemon v4.0.2 looks itself up (user.Current, /etc/passwd without
+  # cgo) and dereferences nil when it finds nobody.
+  mkdir -p "$r/etc" "$r/var" "$r/run"
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$r/etc/passwd"
+  # It checks a pod's netns at the path the runtime gives, /var/run/netns/…,
+  # in its own container, where the DaemonSet mounts /run/netns.
+  ln -sfn /run "$r/var/run"
+  echo 'root:x:0:' >"$r/etc/group"
+  make_image "$r" "$MULTUS_THICK_IMAGE" "$IMG_DIR/multus-thick.tar" '["/usr/src/multus-cni/bin/multus-daemon"]'
+  rm -rf "$r"
+  cp "$out/src/deployments/multus-daemonset-thick.yml" "$out/multus-thick.yml"
+  stamp_set "$out/.stamp-thick" "$key"
+  log "multus thick: built in $((SECONDS - t0)) s"
+}
+
 make_image() {
   local root=$1 tag=$2 out=$3 cmd=$4 w
   w=$(mktemp -d "$CACHE/img.XXXXXX")
@@ -128,6 +181,7 @@ steps=("$@"); ((${#steps[@]})) || steps=(packages etcd images multus)
 for s in "${steps[@]}"; do
   case $s in
     etcd | packages | multus | images) "$s" ;;
+    multus-thick) multus_thick ;;
     *) die "unknown step $s" ;;
   esac
 done

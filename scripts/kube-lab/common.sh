@@ -88,6 +88,7 @@ cache_ready() {
 
 PAUSE_IMAGE=localhost/kube-lab/pause:busybox
 CLIENT_IMAGE=localhost/kube-lab/busybox:1
+MULTUS_THICK_IMAGE=localhost/kube-lab/multus-thick:$MULTUS_VERSION
 ROOTS=$RUN/roots                         # the lab mount namespace's /opt, /etc/cni, /var/lib, /var/log, /run
 
 # A recorded process: $RUN/pids/NAME.pid holds "PID STARTTIME" (field 22 of

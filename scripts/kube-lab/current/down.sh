@@ -32,6 +32,17 @@ mapfile -t pids < <(recorded kcp-etcd)
 if ((${#pids[@]})); then log "stopping etcd"; stop_pids "${pids[@]}"; fi
 mapfile -t pids < <(node_pids)
 if ((${#pids[@]})); then log "stopping ${#pids[@]} left"; stop_pids "${pids[@]}"; fi
+# Containers whose shim went first are nobody's descendants any more, and
+# have mount namespaces of their own: the nodes' cgroups still hold them.
+cgroup_pids() {
+  local n
+  for n in "${NODES[@]}"; do
+    [[ -d /sys/fs/cgroup/pids/$PREFIX-$n ]] || continue
+    find "/sys/fs/cgroup/pids/$PREFIX-$n" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done
+}
+mapfile -t pids < <(cgroup_pids)
+if ((${#pids[@]})); then log "stopping ${#pids[@]} containers left in the nodes' cgroups"; stop_pids "${pids[@]}"; fi
 
 for n in "${NODES[@]}"; do
   d=$(node_dir "$n")

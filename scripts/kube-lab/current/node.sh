@@ -7,8 +7,12 @@ node_dir() { echo "$RUN/nodes/$1"; }
 
 # node_mounts N: the node's private mount namespace, in which /opt,
 # /etc/cni, /var/lib, /var/log and /run are directories of its own
-# (/run/netns shared, for the pod namespaces). It follows the host's
-# mounts (slave), so the host's / stays as it is.
+# (/run/netns shared, for the pod namespaces; /opt shared, for the
+# Bidirectional mount of /opt/cni/bin that Multus thick's init container
+# copies its shim through; / shared here, for its hostroot mount, where the
+# host's / is private). It follows the host's mounts (slave), and what is
+# shared here is shared with the node's containers only: the host's mounts
+# stay as they are.
 node_mounts() {
   local d r
   d=$(node_dir "$1"); r=$d/roots
@@ -22,6 +26,9 @@ node_mounts() {
     touch "$d/ns/mnt"
     # shellcheck disable=SC2016  # expanded by the inner sh
     unshare --mount="$d/ns/mnt" --propagation slave sh -euc '
+      # The host'"'"'s own /run/netns (ip netns) would stay under the node'"'"'s
+      # /run, where an rbind of / (Multus thick'"'"'s hostroot) brings it back.
+      umount -l /run/netns 2>/dev/null || true
       mount --bind "$1/opt" /opt
       mount --bind "$1/etc-cni" /etc/cni
       mount --bind "$1/var-lib" /var/lib
@@ -29,6 +36,8 @@ node_mounts() {
       mount --bind "$1/run" /run
       mount --bind "$1/run/netns" /run/netns
       mount --make-shared /run/netns
+      mount --make-shared /opt
+      mount --make-shared /
     ' sh "$r"
   fi
 }

@@ -72,6 +72,11 @@ topology_up() {
       ip -n "$ns" addr add "$ip/24" dev eth0
       ip -n "$ns" link set eth0 up
     fi
+    # A default route onto the switch, which leads nowhere beyond the
+    # nodes: a connect to a ClusterIP from the node itself (hostNetwork
+    # pods: Multus thick's daemon asks the API at 10.0.0.1) needs a route
+    # before kube-proxy's DNAT rewrites it.
+    ip -n "$ns" route replace default dev eth0
     if is_edge "$n" && ! ip -n "$ns" link show eth1 >/dev/null 2>&1; then
       ip -n "$ns" link add eth1 type veth peer name "$n" netns "$SEGMENT_NS"
       ip -n "$SEGMENT_NS" link set "$n" master seg0 up

@@ -12,6 +12,8 @@ KL=$(cd "$HERE/.." && pwd)
 . "$HERE/topology.sh"
 # shellcheck source=scripts/kube-lab/current/node.sh
 . "$HERE/node.sh"
+# shellcheck source=scripts/kube-lab/current/multus.sh
+. "$HERE/multus.sh"
 
 [[ $(id -u) == 0 ]] || die "run as root"
 [[ $KUBE != 1.20 ]] || die "current/up.sh is the KUBE=1.36 profile's"
@@ -21,7 +23,7 @@ phase() { log "$1 done at $((SECONDS - T0)) s"; }
 # --- the cache ------------------------------------------------------------------------------------
 "$KL/build-k8s-modproxy.sh"
 "$KL/build-deps-current.sh" debs
-"$KL/build-deps.sh" images
+"$KL/build-deps.sh" images multus-thick
 phase cache
 mkdir -p "$RUN"/{pids,logs,etcd,kube}
 
@@ -116,6 +118,9 @@ for n in "${NODES[@]}"; do
   wait_for "node $n Ready" 120 node_ready "$n"
 done
 phase nodes
+
+multus_thick_up
+phase "Multus thick"
 
 log "up in $((SECONDS - T0)) s"
 kc get nodes -o wide >&2
