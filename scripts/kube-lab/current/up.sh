@@ -6,6 +6,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 KL=$(cd "$HERE/.." && pwd)
+REPO=$(cd "$KL/../.." && pwd)
 # shellcheck source=scripts/kube-lab/common.sh
 . "$KL/common.sh"
 # shellcheck source=scripts/kube-lab/current/topology.sh
@@ -14,6 +15,9 @@ KL=$(cd "$HERE/.." && pwd)
 . "$HERE/node.sh"
 # shellcheck source=scripts/kube-lab/current/multus.sh
 . "$HERE/multus.sh"
+# shellcheck source=scripts/kube-lab/current/edgelink.sh
+. "$HERE/edgelink.sh"
+EDGELINK_VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml" | head -n 1)
 
 [[ $(id -u) == 0 ]] || die "run as root"
 [[ $KUBE != 1.20 ]] || die "current/up.sh is the KUBE=1.36 profile's"
@@ -121,6 +125,9 @@ phase nodes
 
 multus_thick_up
 phase "Multus thick"
+
+edgelink_up
+phase edgelink
 
 log "up in $((SECONDS - T0)) s"
 kc get nodes -o wide >&2
