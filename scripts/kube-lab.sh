@@ -2,7 +2,8 @@
 # A single-node Kubernetes v1.20.2 lab on this machine, inside namespaces of
 # its own: docs/kube-lab.md. KUBE=1.36: the current profile, four nodes
 # (scripts/kube-lab/current/), Kubernetes built from the Go module proxy
-# (issue 23: up and down; the checks still run on KUBE=1.20).
+# (issue 23: up, down, and current/e2e.sh's cross-node checks; make
+# e2e-kube's checks still run on KUBE=1.20).
 #
 #   scripts/kube-lab.sh build    build or reuse the cache under /var/tmp/edgelink-kube
 #   scripts/kube-lab.sh up       build if needed, start the node kedge1 (idempotent)
