@@ -4,8 +4,9 @@
 #   containerd, runc, containernetworking-plugins (Debian packages)
 #   Multus thin v4.0.2 built from $MULTUS_SRC or a cached source/binary;
 #   Multus thick (multus-thick: the daemon, the shim, their image)
+#   CoreDNS (coredns: from the Go module proxy, and its image)
 #   busybox-static images: the sandbox (pause) image and a client image
-# Usage: build-deps.sh [etcd|packages|multus|multus-thick|images]...   (default: the first four)
+# Usage: build-deps.sh [etcd|packages|multus|multus-thick|coredns|images]...   (default: etcd, packages, multus, images)
 set -euo pipefail
 # shellcheck source=scripts/kube-lab/common.sh
 . "$(dirname "$0")/common.sh"
@@ -137,6 +138,28 @@ multus_thick() {
   log "multus thick: built in $((SECONDS - t0)) s"
 }
 
+# CoreDNS (KUBE=1.36 only): built from the Go module proxy (`go install`,
+# no wrapper needed), in an image made from a directory.
+coredns() {
+  local out=$CACHE/coredns key t0=$SECONDS r
+  key="coredns $COREDNS_VERSION $(go version 2>/dev/null || echo nogo)"
+  if stamp_ok "$out/.stamp" "$key" && [[ -x $out/coredns && -s $IMG_DIR/coredns.tar ]]; then
+    log "coredns: cached"; return 0
+  fi
+  mkdir -p "$out" "$IMG_DIR"
+  log "building CoreDNS $COREDNS_VERSION from the Go module proxy (~3 min on 2 cores)"
+  GOBIN=$out GOMODCACHE=$CACHE/gomod GOCACHE=$CACHE/gocache GOFLAGS=-modcacherw CGO_ENABLED=0 \
+    go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+  r=$out/root
+  rm -rf "$r"; mkdir -p "$r/etc"
+  cp "$out/coredns" "$r/coredns"
+  echo 'root:x:0:0:root:/root:/sbin/nologin' >"$r/etc/passwd"
+  make_image "$r" "$COREDNS_IMAGE" "$IMG_DIR/coredns.tar" '["/coredns"]'
+  rm -rf "$r"
+  stamp_set "$out/.stamp" "$key"
+  log "coredns: built in $((SECONDS - t0)) s"
+}
+
 make_image() {
   local root=$1 tag=$2 out=$3 cmd=$4 w
   w=$(mktemp -d "$CACHE/img.XXXXXX")
@@ -182,6 +205,7 @@ for s in "${steps[@]}"; do
   case $s in
     etcd | packages | multus | images) "$s" ;;
     multus-thick) multus_thick ;;
+    coredns) coredns ;;
     *) die "unknown step $s" ;;
   esac
 done

@@ -17,6 +17,7 @@ case $KUBE in
     K8S_VERSION=v1.36.3
     STAGING_VERSION=v0.36.3  # k8s.io/api, client-go, ... published beside it
     K8S_GO=1.26.0            # the `go` line of its go.mod
+    COREDNS_VERSION=v1.15.0
     DEFAULT_CACHE=/var/tmp/edgelink-kube-1.36
     ;;
   *) printf '[kube-lab] error: KUBE=%s: the profiles are 1.20 and 1.36\n' "$KUBE" >&2; exit 2 ;;
@@ -89,6 +90,7 @@ cache_ready() {
 PAUSE_IMAGE=localhost/kube-lab/pause:busybox
 CLIENT_IMAGE=localhost/kube-lab/busybox:1
 MULTUS_THICK_IMAGE=localhost/kube-lab/multus-thick:$MULTUS_VERSION
+COREDNS_IMAGE=localhost/kube-lab/coredns:${COREDNS_VERSION:-none}
 ROOTS=$RUN/roots                         # the lab mount namespace's /opt, /etc/cni, /var/lib, /var/log, /run
 
 # A recorded process: $RUN/pids/NAME.pid holds "PID STARTTIME" (field 22 of

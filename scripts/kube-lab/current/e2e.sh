@@ -118,7 +118,17 @@ x4_http() {
 check "X4 across nodes: HTTP through ClusterIP:80: 200 and the device's page" x4_http
 
 proxy_gone() { ! kc -n hil get pod device01-01-0 >/dev/null 2>&1; }
-x5_del() {
+x5_dns() {
+  local out l
+  out=$(kc -n hil exec client -- sh -c "head -c 65536 /dev/urandom >/tmp/k && sha256sum </tmp/k &&
+    timeout 20 nc -w 5 device01-01.hil.svc.cluster.local 8080 </tmp/k >/tmp/kb; wc -c </tmp/kb; sha256sum </tmp/kb") || return 1
+  mapfile -t l <<<"$out"
+  note "by name device01-01.hil.svc.cluster.local: ${l[1]} bytes back, $([[ ${l[0]%% *} == "${l[2]%% *}" ]] && echo same || echo other) SHA-256"
+  [[ ${l[1]} == 65536 && ${l[0]%% *} == "${l[2]%% *}" ]]
+}
+check "X5 across nodes by the Service's DNS name (CoreDNS from the Go module proxy): 64 KiB echoed, same SHA-256" x5_dns
+
+x6_del() {
   local before after
   before=$(in_node kedge1 ls /var/lib/edgelink/attachments/ | wc -l)
   kc -n hil scale statefulset device01-01 --replicas 0 >/dev/null
@@ -127,7 +137,7 @@ x5_del() {
   note "records on kedge1: $before before, $after after; reservations: $(in_node kedge1 ls /var/lib/edgelink/ipam/plant-floor/ | grep -c '^172\.' || true)"
   [[ $before == 1 && $after == 0 ]] && ! in_node kedge1 ls /var/lib/edgelink/ipam/plant-floor/ | grep -q '^172\.'
 }
-check "X5 the proxy pod's deletion through Multus thick removes its record and its address's reservation" x5_del
+check "X6 the proxy pod's deletion through Multus thick removes its record and its address's reservation" x6_del
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -17,6 +17,8 @@ REPO=$(cd "$KL/../.." && pwd)
 . "$HERE/multus.sh"
 # shellcheck source=scripts/kube-lab/current/edgelink.sh
 . "$HERE/edgelink.sh"
+# shellcheck source=scripts/kube-lab/current/dns.sh
+. "$HERE/dns.sh"
 EDGELINK_VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml" | head -n 1)
 
 [[ $(id -u) == 0 ]] || die "run as root"
@@ -27,7 +29,7 @@ phase() { log "$1 done at $((SECONDS - T0)) s"; }
 # --- the cache ------------------------------------------------------------------------------------
 "$KL/build-k8s-modproxy.sh"
 "$KL/build-deps-current.sh" debs
-"$KL/build-deps.sh" images multus-thick
+"$KL/build-deps.sh" images multus-thick coredns
 phase cache
 mkdir -p "$RUN"/{pids,logs,etcd,kube}
 
@@ -125,6 +127,9 @@ phase nodes
 
 multus_thick_up
 phase "Multus thick"
+
+dns_up
+phase "cluster DNS"
 
 edgelink_up
 phase edgelink
