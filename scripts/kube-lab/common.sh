@@ -153,3 +153,31 @@ in_mount_ns() {
     p=${f#/proc/}; echo "${p%%/*}"
   done
 }
+
+# The machine-wide sysctls a kubelet sets: save_sysctls records them once
+# (in `up`), restore_sysctls puts them back (in `down`).
+save_sysctls() {
+  [[ -f $RUN/sysctl.saved ]] && return 0
+  local k
+  for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
+    echo "$k=$(sysctl -n "$k")"
+  done >"$RUN/sysctl.saved.tmp"
+  mv "$RUN/sysctl.saved.tmp" "$RUN/sysctl.saved"
+}
+restore_sysctls() {
+  [[ -f $RUN/sysctl.saved ]] || return 0
+  local k v
+  while IFS='=' read -r k v; do
+    [[ $(sysctl -n "$k") == "$v" ]] || { sysctl -q -w "$k=$v" && log "restored $k=$v"; }
+  done <"$RUN/sysctl.saved"
+}
+
+# remove_run: the lab's state directory, unless something is still mounted
+# under it.
+remove_run() {
+  [[ -d $RUN ]] || return 0
+  if grep -q " ${RUN}[/ ]" /proc/self/mounts; then
+    die "something is still mounted under $RUN; not removing it"
+  fi
+  rm -rf "$RUN"
+}

@@ -85,12 +85,7 @@ start() {
 }
 
 # --- 4. machine-wide sysctls the kubelet sets: record them once, `down` restores --------------
-if [[ ! -f $RUN/sysctl.saved ]]; then
-  for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
-    echo "$k=$(sysctl -n "$k")"
-  done >"$RUN/sysctl.saved.tmp"
-  mv "$RUN/sysctl.saved.tmp" "$RUN/sysctl.saved"
-fi
+save_sysctls
 
 # --- 5. certificates ------------------------------------------------------------------------------
 # shellcheck source=scripts/kube-lab/pki.sh

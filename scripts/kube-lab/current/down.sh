@@ -73,16 +73,6 @@ for h in /sys/fs/cgroup/*/; do
   done
 done
 
-if [[ -f $RUN/sysctl.saved ]]; then
-  while IFS='=' read -r k v; do
-    [[ $(sysctl -n "$k") == "$v" ]] || { sysctl -q -w "$k=$v" && log "restored $k=$v"; }
-  done <"$RUN/sysctl.saved"
-fi
-
-if [[ -d $RUN ]]; then
-  if grep -q " ${RUN}[/ ]" /proc/self/mounts; then
-    die "something is still mounted under $RUN; not removing it"
-  fi
-  rm -rf "$RUN"
-fi
+restore_sysctls
+remove_run
 log "down"

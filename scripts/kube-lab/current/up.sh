@@ -39,12 +39,7 @@ for n in "${NODES[@]}"; do node_mounts "$n"; done
 phase namespaces
 
 # Machine-wide sysctls the kubelet sets: recorded once, `down` restores them.
-if [[ ! -f $RUN/sysctl.saved ]]; then
-  for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
-    echo "$k=$(sysctl -n "$k")"
-  done >"$RUN/sysctl.saved.tmp"
-  mv "$RUN/sysctl.saved.tmp" "$RUN/sysctl.saved"
-fi
+save_sysctls
 
 # --- certificates and kubeconfigs ----------------------------------------------------------------------
 # shellcheck source=scripts/kube-lab/pki.sh
