@@ -4,6 +4,7 @@
 //!
 //!   edgelink-operator run [--listen 0.0.0.0:8080] [--webhook-audience A] ...
 //!   edgelink-operator crds            the CRDs as YAML (daemonset/operator/crds.yaml)
+//!   edgelink-operator crds --without-cel   without CEL rules (daemonset/operator/crds-1.20.yaml)
 //!
 //! docs/operator.md: install, the resources, status.
 
@@ -42,8 +43,14 @@ struct Cli {
 enum Cmd {
     /// Run the controller (in-cluster config, else $KUBECONFIG or ~/.kube/config).
     Run(Box<RunArgs>),
-    /// Print the CustomResourceDefinitions (YAML).
-    Crds,
+    /// Print the CustomResourceDefinitions (YAML): with CEL rules, for
+    /// Kubernetes 1.31 and later (daemonset/operator/crds.yaml).
+    Crds {
+        /// Without the CEL rules, for Kubernetes 1.20 to 1.30
+        /// (daemonset/operator/crds-1.20.yaml).
+        #[arg(long)]
+        without_cel: bool,
+    },
 }
 
 fn secs(s: &str) -> Result<Duration, String> {
@@ -158,8 +165,12 @@ struct RunArgs {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Crds => {
-            print!("{}", edgelink_operator::crd::crds_yaml());
+        Cmd::Crds { without_cel } => {
+            if without_cel {
+                print!("{}", edgelink_operator::crd::crds_yaml_without_cel());
+            } else {
+                print!("{}", edgelink_operator::crd::crds_yaml());
+            }
             Ok(())
         }
         Cmd::Run(args) => {

@@ -6,6 +6,11 @@
 //! A failed check is reported in the Device's status
 //! (`Reconciled` False, reason `InvalidSpec` or `InvalidNetwork`) and
 //! nothing is applied.
+//!
+//! The checks that need nothing but the object are CEL rules of the CRDs
+//! too (`crd::cel`, in crds.yaml for Kubernetes 1.31 and later), in the
+//! same words: there the apiserver refuses what would fail here. All stay
+//! here (1.20 to 1.30 take crds-1.20.yaml, without the rules).
 
 use crate::crd::{
     Device, DevicePort, EdgeNetwork, ForwardPath, Mode, Protocol, MAX_CONNECTIONS,

@@ -1,20 +1,30 @@
-//! daemonset/operator/crds.yaml is what `edgelink-operator crds` prints:
-//! regenerate it with
+//! daemonset/operator/crds.yaml and crds-1.20.yaml are what
+//! `edgelink-operator crds` prints, with and without `--without-cel`:
+//! regenerate them with
 //!
 //!   cargo run -q -p edgelink-operator -- crds > daemonset/operator/crds.yaml
+//!   cargo run -q -p edgelink-operator -- crds --without-cel > daemonset/operator/crds-1.20.yaml
 
 #[test]
 fn the_stored_crds_are_the_generated_ones() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../daemonset/operator/crds.yaml"
-    );
-    let stored = std::fs::read_to_string(path).expect("daemonset/operator/crds.yaml");
-    let generated = edgelink_operator::crd::crds_yaml();
-    assert!(
-        stored == generated,
-        "daemonset/operator/crds.yaml is stale: cargo run -q -p edgelink-operator -- crds > daemonset/operator/crds.yaml"
-    );
+    for (file, generated, flag) in [
+        ("crds.yaml", edgelink_operator::crd::crds_yaml(), ""),
+        (
+            "crds-1.20.yaml",
+            edgelink_operator::crd::crds_yaml_without_cel(),
+            " --without-cel",
+        ),
+    ] {
+        let path = format!(
+            "{}/../../daemonset/operator/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let stored = std::fs::read_to_string(&path).expect(file);
+        assert!(
+            stored == generated,
+            "daemonset/operator/{file} is stale: cargo run -q -p edgelink-operator -- crds{flag} > daemonset/operator/{file}"
+        );
+    }
 }
 
 /// The schema carries the plugin's rules, so `kubectl apply` refuses bad
@@ -104,8 +114,9 @@ fn the_device_schema_carries_the_plugins_rules() {
         "cidr"
     );
     assert_eq!(spec["properties"]["allowForeignSources"]["type"], "boolean");
-    // No CEL (x-kubernetes-validations): Kubernetes 1.20 is the floor.
-    assert!(!crd.to_string().contains("x-kubernetes-validations"));
+    // CEL rules (x-kubernetes-validations) for Kubernetes 1.31 and later;
+    // crds-1.20.yaml has none (crate::crd::cel's tests).
+    assert!(spec["x-kubernetes-validations"].is_array());
     // An enum with null in it is refused by the apiserver (schemars writes
     // one for an Option of an enum).
     let all = edgelink_operator::crd::crds_yaml();
@@ -120,4 +131,29 @@ fn the_device_schema_carries_the_plugins_rules() {
         cols,
         ["NODE", "ADDRESS", "PORTS", "READY", "REACHABLE", "AGE"]
     );
+}
+
+/// Only formats the apiserver knows: 1.36 warns `unrecognized format
+/// "uint32"` at every `kubectl apply` of a schema that has one.
+#[test]
+fn the_crds_name_no_format_the_apiserver_does_not_know() {
+    for yaml in [
+        edgelink_operator::crd::crds_yaml(),
+        edgelink_operator::crd::crds_yaml_without_cel(),
+    ] {
+        let formats: std::collections::BTreeSet<&str> = yaml
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("format: "))
+            .collect();
+        let known = ["cidr", "ipv4", "ipv6", "int32", "int64", "date-time"];
+        let unknown: Vec<_> = formats.iter().filter(|f| !known.contains(f)).collect();
+        assert!(
+            unknown.is_empty(),
+            "formats the apiserver does not know: {unknown:?}"
+        );
+        assert!(
+            formats.contains("cidr"),
+            "the schema's own formats stay: {formats:?}"
+        );
+    }
 }

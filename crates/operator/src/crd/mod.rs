@@ -3,12 +3,15 @@
 //! daemonset/operator/crds.yaml). Every rule the plugin enforces on the fields
 //! that end up in a NetworkAttachmentDefinition is in the OpenAPI schema, so
 //! `kubectl apply` refuses bad input with the apiserver's own message; what
-//! a schema of Kubernetes 1.20 cannot say (cross-field rules, overlaps, a
-//! node's range) is checked by the controller (`validate.rs`) and reported
-//! in status.
+//! a structural schema cannot say (cross-field rules, overlaps, a node's
+//! range) is checked by the controller (`validate.rs`) and reported in
+//! status.
 //!
-//! Kubernetes 1.20 is the floor: no CEL rules, only structural schemas with
-//! `pattern`, `format`, `minimum`/`maximum`, `enum`, `oneOf` and list maps.
+//! What of that needs nothing but the object is a CEL rule too (`cel`):
+//! crds.yaml needs Kubernetes 1.31 or later. Kubernetes 1.20 is the floor:
+//! crds-1.20.yaml (`crds --without-cel`), for 1.20 to 1.30, is the same
+//! CRDs without the rules, only structural schemas with `pattern`,
+//! `format`, `minimum`/`maximum`, `enum`, `oneOf` and list maps.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -16,16 +19,23 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod cel;
 mod reverse;
 pub use reverse::{DeviceReverse, ReverseStatus, ServiceRef, MAX_IDLE_TIMEOUT_MS};
 
 /// IPv4 or IPv6 CIDR (`format: cidr` is validated by the apiserver too).
 pub const CIDR_PATTERN: &str = r"^[0-9a-fA-F:.]+/[0-9]{1,3}$";
+/// The longest IP address as text (IPv6 ending in an IPv4 address): a
+/// bound for the CEL rules' cost.
+pub const IP_MAX_LENGTH: u32 = 45;
+/// The longest CIDR: an address and `/128`.
+pub const CIDR_MAX_LENGTH: u32 = IP_MAX_LENGTH + 4;
 
 fn ip_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "string",
         "description": "An IPv4 or IPv6 address.",
+        "maxLength": IP_MAX_LENGTH,
         "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]
     })
 }
@@ -62,6 +72,7 @@ fn cidr_schema(_: &mut SchemaGenerator) -> Schema {
         "type": "string",
         "description": "An IPv4 or IPv6 CIDR (a bare address is not accepted: give /32 or /128).",
         "format": "cidr",
+        "maxLength": CIDR_MAX_LENGTH,
         "pattern": CIDR_PATTERN
     })
 }
@@ -69,7 +80,7 @@ fn cidr_schema(_: &mut SchemaGenerator) -> Schema {
 pub(crate) fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
-        "items": {"type": "string", "format": "cidr", "pattern": CIDR_PATTERN}
+        "items": {"type": "string", "format": "cidr", "maxLength": CIDR_MAX_LENGTH, "pattern": CIDR_PATTERN}
     })
 }
 
@@ -89,6 +100,8 @@ pub(crate) fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
     shortname = "dev",
     category = "edgelink",
     doc = "A device on an edge node's private segment, exposed as a Service of the same name.",
+    validation = cel::device_name(),
+    validation = cel::reverse_not_self(),
     printcolumn(
         name = "Node",
         type_ = "string",
@@ -127,6 +140,7 @@ pub(crate) fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("oneOf" = [{"required": ["nodeName"]}, {"required": ["nodeSelector"]}]))]
+#[schemars(transform = cel::device_spec)]
 pub struct DeviceSpec {
     /// The edge node cabled to the device's segment. Exactly one of
     /// nodeName and nodeSelector.
@@ -138,7 +152,7 @@ pub struct DeviceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
     /// The device's address on the segment; the proxy pod may reach only it.
-    #[schemars(schema_with = "ip_schema")]
+    #[schemars(schema_with = "ip_schema", transform = cel::unicast)]
     pub address: String,
     /// The EdgeNetwork (cluster-scoped) of the segment.
     #[schemars(
@@ -149,6 +163,7 @@ pub struct DeviceSpec {
     /// The ports clients reach at `<device>.<namespace>.svc:<port>`.
     #[schemars(length(min = 1, max = 64))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(transform = cel::unique_ports)]
     pub ports: Vec<DevicePort>,
     /// Cluster Services (or `host:port` targets) the device may call: the
     /// proxy pod listens on its segment address (net1) for each and
@@ -157,6 +172,7 @@ pub struct DeviceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(transform = cel::unique_ports)]
     pub reverse: Vec<DeviceReverse>,
     /// Let `reverse[].allowedSources` lie outside the segment's subnets
     /// (plugin `allowForeignSources`; default false).
@@ -203,6 +219,7 @@ impl Protocol {
 
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = cel::port)]
 pub struct DevicePort {
     /// The Service port's and the forward's name.
     #[schemars(
@@ -380,6 +397,7 @@ pub struct PortStatus {
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = cel::network_spec)]
 pub struct EdgeNetworkSpec {
     /// The CNI network name, which keys each node's IPAM store (default:
     /// the EdgeNetwork's name). Keep it when a hand-written NAD already
@@ -459,6 +477,7 @@ pub struct EdgeIpam {
 
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = cel::node_range)]
 pub struct NodeRange {
     /// The node these addresses are for.
     #[schemars(length(min = 1, max = 253))]
@@ -502,16 +521,60 @@ pub struct NetworkAttachmentDefinitionSpec {
 }
 
 /// Both CRDs as one multi-document YAML, as stored in
-/// daemonset/operator/crds.yaml.
+/// daemonset/operator/crds.yaml: with the CEL rules, for Kubernetes 1.31
+/// and later.
 pub fn crds_yaml() -> String {
+    yaml(
+        "# Generated by `edgelink-operator crds` from crates/operator/src/crd/:\n\
+         # do not edit. A test (crates/operator/tests/crds.rs) keeps it current.\n\
+         # Kubernetes 1.31 or later (CEL rules); 1.20 to 1.30: crds-1.20.yaml.\n",
+        |_| {},
+    )
+}
+
+/// As [`crds_yaml`] without the CEL rules, as stored in
+/// daemonset/operator/crds-1.20.yaml: for Kubernetes 1.20 to 1.30, where
+/// the controller alone reports what the rules refuse.
+pub fn crds_yaml_without_cel() -> String {
+    yaml(
+        "# Generated by `edgelink-operator crds --without-cel` from crates/operator/src/crd/:\n\
+         # do not edit. A test (crates/operator/tests/crds.rs) keeps it current.\n\
+         # Kubernetes 1.20 to 1.30: crds.yaml without its CEL rules (x-kubernetes-validations).\n",
+        cel::strip,
+    )
+}
+
+fn yaml(header: &str, edit: fn(&mut serde_json::Value)) -> String {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
-    let mut out = String::from(
-        "# Generated by `edgelink-operator crds` from crates/operator/src/crd.rs:\n\
-         # do not edit. A test (crates/operator/tests/crds.rs) keeps it current.\n",
-    );
+    let mut out = String::from(header);
     for crd in [Device::crd(), EdgeNetwork::crd()] {
+        let mut v = serde_json::to_value(&crd).expect("a CRD serialises");
+        drop_unsigned_formats(&mut v);
+        edit(&mut v);
+        // Back to the type, for its order of fields.
+        let crd: CustomResourceDefinition = serde_json::from_value(v).expect("still a CRD");
         out.push_str("---\n");
         out.push_str(&serde_norway::to_string(&crd).expect("a CRD serialises"));
     }
     out
+}
+
+/// schemars gives `u32` and `u64` fields `format: uint32`/`uint64`, which
+/// the apiserver does not know: 1.36 warns "unrecognized format" at every
+/// apply. Their `minimum` (0, or the field's range) says the same.
+fn drop_unsigned_formats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if m.get("format")
+                .and_then(|f| f.as_str())
+                .is_some_and(|f| f.starts_with("uint"))
+            {
+                m.remove("format");
+            }
+            m.values_mut().for_each(drop_unsigned_formats);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_unsigned_formats),
+        _ => {}
+    }
 }

@@ -29,6 +29,7 @@ fn service_port_schema(_: &mut SchemaGenerator) -> Schema {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("oneOf" = [{"required": ["service"]}, {"required": ["target"]}]))]
+#[schemars(transform = super::cel::reverse)]
 pub struct DeviceReverse {
     /// The reverse forward's name: unique across `ports` and `reverse`.
     #[schemars(
