@@ -1133,6 +1133,15 @@ impl Edgelinkd {
             .append(true)
             .open(&log)
             .expect("daemon log file");
+        // The machine's own /etc/resolv.conf is no test's business (on a
+        // CI runner in a Kubernetes pod it is a cluster file): off unless
+        // a test names one.
+        let own_resolver: &[&str] = if extra.iter().any(|a| a.starts_with("--cluster-resolv-conf"))
+        {
+            &[]
+        } else {
+            &["--cluster-resolv-conf="]
+        };
         let mut child = Command::new("ip");
         child
             .args(["netns", "exec", &node.name])
@@ -1140,6 +1149,7 @@ impl Edgelinkd {
             .args(["run", "--state-dir"])
             .arg(state_dir)
             .args(["--status-addr", &status_addr, "--log-level", "debug"])
+            .args(own_resolver)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -146,6 +146,18 @@ fn absolute(s: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// An absolute path, or none (given as "").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OptionalPath(pub Option<PathBuf>);
+
+fn absolute_or_empty(s: &str) -> Result<OptionalPath, String> {
+    if s.is_empty() {
+        Ok(OptionalPath(None))
+    } else {
+        absolute(s).map(|p| OptionalPath(Some(p)))
+    }
+}
+
 /// `--cni-path`: directories of delegated IPAM plugins, `:`-separated as
 /// CNI_PATH; empty: none (the daemon runs no delegate).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -428,6 +440,13 @@ pub struct RunArgs {
     /// (docs/configuration.md).
     #[arg(long, default_value = "", value_parser = cni_path)]
     pub cni_path: CniPath,
+    /// Reverse forwards to names: the daemon's own resolv.conf, which the
+    /// kubelet writes for `dnsPolicy: ClusterFirstWithHostNet` as for a
+    /// ClusterFirst pod. Used, with the search list of the proxy pod's
+    /// namespace, where the pod's own file is out of sight (no hostPID)
+    /// and the network config gives no `dns`. Empty: never.
+    #[arg(long, default_value = "/etc/resolv.conf", value_parser = absolute_or_empty)]
+    pub cluster_resolv_conf: OptionalPath,
 }
 
 impl RunArgs {
@@ -483,6 +502,7 @@ impl RunArgs {
             conntrack_min: self.conntrack_min,
             cni_path: self.cni_path.0.clone(),
             ipam_gc_grace: self.ipam_gc_grace,
+            cluster_resolv_conf: self.cluster_resolv_conf.0.clone(),
         }
     }
 

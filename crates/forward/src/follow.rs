@@ -5,15 +5,19 @@
 //!
 //! The resolver configuration is the pod's own /etc/resolv.conf (found
 //! through a process in the pod's netns, read from its mount namespace),
-//! else the `dns` the runtime (or the network config) gave. It is looked
-//! for again after every failed lookup: at ADD only the sandbox runs, and
-//! the containers that carry resolv.conf come later.
+//! else the `dns` the runtime (or the network config) gave, else the
+//! cluster's as a `ClusterFirst` pod of its namespace has it (from the
+//! daemon's own kubelet-written /etc/resolv.conf: without `hostPID` the
+//! pod's processes are out of sight, and Multus passes no `dns` to its
+//! delegates). It is looked for again after every failed lookup: at ADD
+//! only the sandbox runs, and the containers that carry resolv.conf come
+//! later.
 
 use crate::factory::Factory;
 use crate::reverse::ReverseSide;
 use edgelink_attachment::Target;
 use edgelink_relay::SocketSource;
-use edgelink_resolve::{pod_resolv_conf, DnsSockets, ResolvConf, Resolver};
+use edgelink_resolve::{cluster_first_for, pod_resolv_conf, DnsSockets, ResolvConf, Resolver};
 use futures_util::future::BoxFuture;
 use std::io;
 use std::net::SocketAddr;
@@ -67,7 +71,34 @@ fn pod_conf(r: &ReverseSide) -> Result<(ResolvConf, String), String> {
         }
         None => why.push("the runtime gave no dns".into()),
     }
+    match &r.cluster_resolv_conf {
+        Some(own) => match cluster_conf(r.pod_namespace.as_deref(), own) {
+            Ok(found) => return Ok(found),
+            Err(e) => why.push(e),
+        },
+        None => why.push("no --cluster-resolv-conf".into()),
+    }
     Err(format!("no resolver: {}", why.join("; ")))
+}
+
+/// The cluster's resolver for a `ClusterFirst` pod of `namespace`, from
+/// the daemon's own file at `own`.
+fn cluster_conf(namespace: Option<&str>, own: &Path) -> Result<(ResolvConf, String), String> {
+    let ns = namespace.ok_or("the pod's namespace is unknown")?;
+    let text = std::fs::read_to_string(own)
+        .map_err(|e| format!("the daemon's own {}: {e}", own.display()))?;
+    let conf =
+        ResolvConf::parse(&text).map_err(|e| format!("the daemon's own {}: {e}", own.display()))?;
+    let conf = cluster_first_for(&conf, ns).ok_or_else(|| {
+        format!(
+            "the daemon's own {} is not the cluster's (no <ns>.svc.<domain> search list)",
+            own.display()
+        )
+    })?;
+    Ok((
+        conf,
+        format!("the cluster DNS, as a ClusterFirst pod of namespace {ns} has it"),
+    ))
 }
 
 /// Keep `r`'s address fresh until `stop`.
@@ -160,4 +191,38 @@ fn take_answer(
         .valid_until
         .saturating_duration_since(Instant::now())
         .max(MIN_WAIT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn the_cluster_resolver_comes_from_the_daemons_own_file() {
+        let f = own("search edgelink-system.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.0.0.10\noptions ndots:5\n");
+        let (conf, from) = cluster_conf(Some("hil"), f.path()).expect("the cluster's");
+        assert_eq!(conf.search[0], "hil.svc.cluster.local");
+        assert_eq!(conf.nameservers, ["10.0.0.10:53".parse().unwrap()]);
+        assert!(from.contains("namespace hil"), "{from}");
+    }
+
+    #[test]
+    fn no_cluster_resolver_says_why() {
+        let node = own("search plant.example\nnameserver 192.0.2.53\n");
+        let e = cluster_conf(Some("hil"), node.path()).unwrap_err();
+        assert!(e.contains("is not the cluster's"), "{e}");
+        let e = cluster_conf(None, node.path()).unwrap_err();
+        assert_eq!(e, "the pod's namespace is unknown");
+        let e = cluster_conf(Some("hil"), Path::new("/nonexistent/resolv.conf")).unwrap_err();
+        assert!(
+            e.starts_with("the daemon's own /nonexistent/resolv.conf: "),
+            "{e}"
+        );
+    }
 }

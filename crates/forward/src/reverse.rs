@@ -8,6 +8,7 @@ use edgelink_attachment::{Dns, Reverse, Target};
 use ipnetwork::IpNetwork;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
@@ -38,6 +39,11 @@ pub struct ReverseSide {
     pub netns: String,
     /// The runtime's (or the config's) resolver settings, if any.
     pub dns: Option<Dns>,
+    /// The pod's Kubernetes namespace (K8S_POD_NAMESPACE) and the daemon's
+    /// own cluster resolv.conf: the cluster's resolver for a ClusterFirst
+    /// pod of that namespace, when neither of the above is there.
+    pub pod_namespace: Option<String>,
+    pub cluster_resolv_conf: Option<PathBuf>,
     /// The interface's addresses with their prefixes: where it listens,
     /// and the segment a target must not lie in.
     pub segment: Vec<IpNetwork>,
@@ -49,12 +55,23 @@ pub struct ReverseSide {
 }
 
 impl ReverseSide {
+    /// The cluster's resolver as the last resort for a name: the daemon's
+    /// own resolv.conf at `own` (a kubelet's cluster file), with the search
+    /// list of `pod_namespace`.
+    pub fn cluster_resolver(mut self, pod_namespace: Option<String>, own: Option<PathBuf>) -> Self {
+        self.pod_namespace = pod_namespace;
+        self.cluster_resolv_conf = own;
+        self
+    }
+
     pub fn new(spec: Reverse, netns: String, dns: Option<Dns>, segment: Vec<IpNetwork>) -> Self {
         let first = spec.target.addr();
         ReverseSide {
             spec,
             netns,
             dns,
+            pod_namespace: None,
+            cluster_resolv_conf: None,
             segment,
             current: watch::channel(first).0,
             resolution: Mutex::new(Resolution::default()),

@@ -40,6 +40,9 @@ pub struct Settings {
     pub cni_path: Vec<PathBuf>,
     /// `--ipam-gc-grace`.
     pub ipam_gc_grace: Duration,
+    /// `--cluster-resolv-conf`: the daemon's own cluster resolver, for
+    /// reverse targets' names where the pod's is out of sight.
+    pub cluster_resolv_conf: Option<PathBuf>,
 }
 
 /// Every attachment this node serves, kept equal to the records on disk

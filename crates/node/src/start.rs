@@ -79,6 +79,10 @@ impl Node {
                 rec.netns.clone(),
                 rec.dns.clone(),
                 rec.interface.ips.clone(),
+            )
+            .cluster_resolver(
+                rec.pod_namespace.clone(),
+                self.settings.cluster_resolv_conf.clone(),
             );
             ForwardRuntime::reverse(side, &defaults)
         });

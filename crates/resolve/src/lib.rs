@@ -1,6 +1,7 @@
 //! Resolve a reverse forward's target name the way the pod itself would:
 //! with the pod's resolver configuration ([`ResolvConf`], found by
-//! [`pod_resolv_conf`] or given by the runtime), over sockets made inside
+//! [`pod_resolv_conf`], given by the runtime, or the cluster's as a
+//! `ClusterFirst` pod would have it: [`cluster_first_for`]), over sockets made inside
 //! the pod's network namespace, with a TTL-respecting cache ([`Resolver`]).
 //!
 //! It must not create sockets of its own: every query goes out on a socket
@@ -9,6 +10,7 @@
 //! knows nothing of forwards, connections or the daemon's state; the DNS
 //! wire format is hickory-proto's.
 
+mod cluster;
 mod conf;
 mod exchange;
 mod pod;
@@ -16,6 +18,7 @@ mod resolver;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use cluster::cluster_first_for;
 pub use conf::{ResolvConf, MAX_NAMESERVERS};
 pub use pod::pod_resolv_conf;
 pub use resolver::{Resolved, Resolver};

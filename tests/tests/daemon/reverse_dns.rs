@@ -186,6 +186,47 @@ fn a_name_is_resolved_with_the_pods_resolv_conf_and_followed_when_it_changes() {
     );
 }
 
+/// The shipped DaemonSet has no hostPID (the pods' processes are out of
+/// sight) and Multus passes no `dns` to its delegates: the daemon's own
+/// resolv.conf, a kubelet's cluster file, is used with the search list of
+/// the pod's namespace (hil, from K8S_POD_NAMESPACE), as a ClusterFirst pod
+/// of that namespace has it. Found in the 1.36 kube lab (issue 23).
+#[test]
+fn without_the_pods_file_or_dns_the_daemons_cluster_resolver_serves_the_pods_namespace() {
+    let own = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        own.path(),
+        format!(
+            "search edgelink-system.svc.cluster.local svc.cluster.local cluster.local\nnameserver {DNS_IP}\noptions ndots:5\n"
+        ),
+    )
+    .unwrap();
+    let flag = format!("--cluster-resolv-conf={}", own.path().display());
+    let mut l = DLab::with(Opts {
+        add: false,
+        flags: &[&flag],
+        ..Default::default()
+    });
+    let res = resolver_ns(&l);
+    res.server.set(NAME, &[CLIENT_IP.parse().unwrap()], 1);
+    // The short name: only the pod's namespace's search list finds it.
+    l.conf["reverse"] = json!([{"name": "mqtt", "protocol": "tcp", "port": MQTT, "target": format!("mqtt:{MQTT}"),
+                "connectTimeoutMs": 1000}]);
+    l.add();
+    l.wait_serving();
+    let cluster = Arc::new(Cluster::default());
+    tcp_service(&l, addr(CLIENT_IP, MQTT), "A", cluster.clone());
+    until_banner(&l, "A", Duration::from_secs(15));
+    let r = l.forward("mqtt")["resolved"].clone();
+    assert_eq!(
+        r["resolver"], "the cluster DNS, as a ClusterFirst pod of namespace hil has it",
+        "{r:#}"
+    );
+    assert!(r["answeredAs"].as_str().unwrap().starts_with(NAME), "{r:#}");
+    // from the pod, through its eth0 (the server has no other way back)
+    assert!(res.server.queries(NAME) >= 1);
+}
+
 #[test]
 fn the_runtimes_dns_is_used_when_the_pod_has_no_resolv_conf_and_loops_are_refused() {
     let mut l = DLab::with(Opts {
