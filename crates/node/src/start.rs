@@ -68,30 +68,38 @@ impl Node {
         up
     }
 
+    /// The record's reverse forwards, each with what resolves its name.
+    fn reverse_forwards(&self, rec: &Record) -> Vec<ForwardRuntime> {
+        rec.reverse
+            .iter()
+            .cloned()
+            .map(|r| {
+                let side = ReverseSide::new(
+                    r,
+                    rec.netns.clone(),
+                    rec.dns.clone(),
+                    rec.interface.ips.clone(),
+                )
+                .cluster_resolver(
+                    rec.pod_namespace.clone(),
+                    self.settings.cluster_resolv_conf.clone(),
+                );
+                ForwardRuntime::reverse(side, &self.settings.defaults)
+            })
+            .collect()
+    }
+
     pub(crate) async fn start(self: &Arc<Self>, rec: Record, ns: Netns) -> Attachment {
         let netns_id = ns.id().unwrap_or_default();
         let (stop, _) = watch::channel(false);
         let (close, _) = watch::channel(false);
         let defaults = self.settings.defaults.clone();
-        let reverse = rec.reverse.iter().cloned().map(|r| {
-            let side = ReverseSide::new(
-                r,
-                rec.netns.clone(),
-                rec.dns.clone(),
-                rec.interface.ips.clone(),
-            )
-            .cluster_resolver(
-                rec.pod_namespace.clone(),
-                self.settings.cluster_resolv_conf.clone(),
-            );
-            ForwardRuntime::reverse(side, &defaults)
-        });
         let forwards: Vec<Arc<ForwardRuntime>> = rec
             .forwards
             .iter()
             .cloned()
             .map(|f| ForwardRuntime::new(f, &defaults))
-            .chain(reverse)
+            .chain(self.reverse_forwards(&rec))
             .map(Arc::new)
             .collect();
         let mut a = Attachment {
