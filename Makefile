@@ -19,7 +19,7 @@ VERSION           ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | 
 IMAGE             ?= edgelink:$(VERSION)
 CONTAINER_BUILDER ?= $(notdir $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null))))
 
-.PHONY: all build release static static-operator bench-bins soak-bins image-offline lint lint-vagrant test test-unit test-e2e e2e-kube e2e-vagrant demo bench fuzz soak chaos image install-yaml clean
+.PHONY: all build release static static-operator bench-bins soak-bins image-offline lint lint-vagrant test test-unit test-e2e check-crds e2e-kube e2e-vagrant demo bench fuzz soak chaos image install-yaml clean
 
 all: build
 
@@ -73,9 +73,19 @@ test:
 	$(MAKE) static static-operator
 	python3 -m unittest discover -s scripts/image -p 'test_*.py'
 	tests/e2e/podman.sh target/debug/edgelink
+	$(MAKE) check-crds
 	@if scripts/kube-lab.sh cached; then $(MAKE) e2e-kube; \
 	else echo "make test: e2e-kube skipped: no kube lab cache on this machine (docs/kube-lab.md)"; fi
 	scripts/check-vagrant.sh
+
+# The operator's CRDs against real API servers (scripts/check-crds.sh,
+# ~15 s each): the current profile's (CEL rules refuse bad objects) and
+# the floor's (crds-1.20.yaml), each where its kube lab cache is.
+check-crds:
+	@for k in 1.36 1.20; do \
+	  if KUBE=$$k scripts/kube-lab.sh cached 2>/dev/null; then scripts/check-crds.sh "$$(KUBE=$$k scripts/kube-lab.sh bindir)" || exit 1; \
+	  else echo "make check-crds: KUBE=$$k skipped: no kube lab cache on this machine (docs/kube-lab.md)"; fi; \
+	done
 
 test-unit:
 	$(CARGO) test --workspace --lib --bins
@@ -85,16 +95,19 @@ test-e2e:
 	$(CARGO) build -p edgelink -p edgelinkd
 	tests/e2e/podman.sh target/debug/edgelink
 
-# The kube lab (docs/kube-lab.md): a real single-node Kubernetes 1.20 on this
-# machine, inside namespaces of its own; daemonset/install.yaml and
-# cni-conf/expose-a-device/ applied as documented, then edgelink-operator
-# (daemonset/operator/); one PASS/FAIL line per check (1-10, O1-O12; ~9 min).
-# Needs the lab's cache (/var/tmp/edgelink-kube, or MULTUS_SRC to build it).
-# KEEP=1 leaves the cluster up. `test` runs it only where that cache is.
-# The image is rebuilt first (~30 s when the binaries are up to date), so the
-# lab runs the checkout's code: `up` alone only builds it when it is missing.
+# The kube lab (docs/kube-lab.md): a real Kubernetes on this machine, inside
+# namespaces of its own. KUBE=1.36 (the default): four nodes, containerd 2,
+# Multus thick, CoreDNS; KUBE=1.20 (the floor): one node, Multus thin.
+# daemonset/install.yaml and cni-conf/expose-a-device/ applied as
+# documented, then edgelink-operator (daemonset/operator/); one PASS/FAIL
+# line per check (1-10, X1-X2 on 1.36, O1-O12).
+# Needs the profile's cache (/var/tmp/edgelink-kube-1.36 or
+# /var/tmp/edgelink-kube: `KUBE=... scripts/kube-lab.sh build`). KEEP=1
+# leaves the cluster up. `test` runs the default profile only where its
+# cache is. The image is rebuilt first (~30 s when the binaries are up to
+# date), so the lab runs the checkout's code.
 e2e-kube: image-offline
-	KEEP=$(KEEP) scripts/kube-lab/e2e.sh
+	KEEP=$(KEEP) KUBE=$(KUBE) scripts/kube-lab/e2e.sh
 
 # The Vagrant lab (vagrant/README.md): the reference cluster in VMs, edgelink
 # from the local build (make image), and TCP, UDP and HTTP from a pod on

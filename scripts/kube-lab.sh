@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# A single-node Kubernetes v1.20.2 lab on this machine, inside namespaces of
-# its own: docs/kube-lab.md. KUBE=1.36: the current profile, four nodes
-# (scripts/kube-lab/current/), Kubernetes built from the Go module proxy
-# (issue 23: up, down, and current/e2e.sh's cross-node checks; make
-# e2e-kube's checks still run on KUBE=1.20).
+# A Kubernetes lab on this machine, inside namespaces of its own:
+# docs/kube-lab.md. KUBE=1.36 (the default): four nodes
+# (scripts/kube-lab/current/), Kubernetes v1.36 built from the Go module
+# proxy, containerd 2, Multus thick (MULTUS=thin: thin), CoreDNS.
+# KUBE=1.20 (the floor): one node, Kubernetes v1.20.2 from Debian's source
+# package, Multus thin. `make e2e-kube [KUBE=1.20]` runs the checks.
 #
 #   scripts/kube-lab.sh build    build or reuse the cache under /var/tmp/edgelink-kube
-#   scripts/kube-lab.sh up       build if needed, start the node kedge1 (idempotent)
+#   scripts/kube-lab.sh up       build if needed, start the lab (idempotent)
 #   scripts/kube-lab.sh down     stop what `up` started and remove its state
 #   scripts/kube-lab.sh env      print `export KUBECONFIG=...` and the node namespace
 #   scripts/kube-lab.sh status   the state of each component
 #   scripts/kube-lab.sh cached   exit 0 if Kubernetes and Multus are built (make test's gate)
+#   scripts/kube-lab.sh bindir   print the directory of the profile's kube binaries
 #
 # Multus is built from MULTUS_SRC (a source tree, or a git dir with tag
 # v4.0.2) unless a build is cached.
@@ -46,6 +48,7 @@ case $cmd in
     ;;
   status) "$HERE/status.sh" ;;
   cached) cache_ready ;;
+  bindir) echo "$BIN" ;;
   *)
     sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
     exit 2

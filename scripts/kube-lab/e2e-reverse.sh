@@ -13,12 +13,16 @@
 # log and back to the caller). busybox has no UDP server, so UDP is the
 # host's python3 run in the collector pod's network namespace (as the UDP
 # client of check 3c), answering the same way and writing a log under
-# $RUN/logs. The lab has no DNS: cni-conf/nad-reverse.yaml's target
-# collector.hil.svc.cluster.local:9000 is replaced by the ClusterIP.
+# $RUN/logs. On 1.36 the collector runs on kw1 and the NAD is
+# cni-conf/nad-reverse.yaml as shipped: edgelinkd resolves its target
+# collector.hil.svc.cluster.local:9000 through the cluster's DNS. The 1.20
+# lab has no DNS: the target is replaced by the ClusterIP.
 
 REV_NAD=device01-01-reverse
 REV_POD=device01-01-reverse
 REV_PORT=9000
+# an address on the segment no device has, for the source check of 10d
+FOREIGN_IP=172.17.16.126
 COLL_IP=
 COLL_UDP_PID=
 COLL_UDP_LOG=$RUN/logs/e2e-collector-udp.log
@@ -86,13 +90,14 @@ reverse_cleanup() {
 # The collector pod and its Service; COLL_IP its ClusterIP.
 collector_up() {
   local ns
-  sed "s|@IMAGE@|$CLIENT_IMAGE|" <<'YAML' | kc -n hil apply -f - >/dev/null || return 1
+  sed -e "s|@IMAGE@|$CLIENT_IMAGE|" -e "s|@NODE@|$CLIENT_NODE|" <<'YAML' | kc -n hil apply -f - >/dev/null || return 1
 apiVersion: v1
 kind: Pod
 metadata:
   name: collector
   labels: {app.kubernetes.io/name: collector}
 spec:
+  nodeName: @NODE@
   containers:
   - name: collector
     image: @IMAGE@
@@ -123,10 +128,10 @@ YAML
   : >"$COLL_UDP_LOG"
   # not through in_pod_netns: a function would run in a subshell, and $!
   # be that subshell, not timeout (which passes the TERM on to python3)
-  nsenter --mount="$MNT" nsenter --net="/run/netns/$ns" \
+  nsenter --mount="$(netns_mnt "$ns")" nsenter --net="/run/netns/$ns" \
     timeout 1500 python3 -c "$COLL_UDP_PY" "$REV_PORT" "$COLL_UDP_LOG" >/dev/null 2>&1 &
   COLL_UDP_PID=$!
-  note "Service collector ClusterIP $COLL_IP (ingest 9000/tcp, ingest-udp 9000/udp); pod collector $(kc -n hil get pod collector -o jsonpath='{.status.podIP}'), netns $ns"
+  note "Service collector ClusterIP $COLL_IP (ingest 9000/tcp, ingest-udp 9000/udp); pod collector $(kc -n hil get pod collector -o jsonpath='{.status.podIP}') on $(kc -n hil get pod collector -o jsonpath='{.spec.nodeName}'), netns $ns"
 }
 
 # rev_field POD FORWARD FIELD: from edgelinkd's /status (fwd_field of
@@ -149,7 +154,9 @@ REV_POD_IP=""
 c10a_setup() {
   local conf st
   collector_up || { note "collector not up"; return 1; }
-  sed "s|collector.hil.svc.cluster.local:9000|$COLL_IP:$REV_PORT|g" "$REPO/cni-conf/nad-reverse.yaml" |
+  REV_TARGET=collector.hil.svc.cluster.local:$REV_PORT
+  [[ $KUBE == 1.20 ]] && REV_TARGET=$COLL_IP:$REV_PORT
+  sed "s|collector.hil.svc.cluster.local:9000|$REV_TARGET|g" "$REPO/cni-conf/nad-reverse.yaml" |
     kc apply -f - >/dev/null || return 1
   kc -n hil apply -f - >/dev/null <<YAML || return 1
 apiVersion: v1
@@ -158,7 +165,7 @@ metadata:
   name: $REV_POD
   annotations: {k8s.v1.cni.cncf.io/networks: '[{"name": "$REV_NAD", "interface": "net1"}]'}
 spec:
-  nodeSelector: {edgelink.io/edge: "true"}
+  nodeSelector: {edgelink.io/edge: "true", kubernetes.io/hostname: $NODE}
   automountServiceAccountToken: false
   enableServiceLinks: false
   containers:
@@ -177,9 +184,9 @@ YAML
   st=$(kc -n edgelink-system exec "$DS_POD" -c edgelinkd -- edgelinkd status) || [ $? -eq 2 ] || return 1
   grep -E "$REV_POD|POD" <<<"$st" | sed 's/^/     | /'
   note "/status collector: direction $(rev_field "$REV_POD" collector direction), listen $(rev_field "$REV_POD" collector listen), allowedSources $(rev_field "$REV_POD" collector allowedSources); collector-udp: listen $(rev_field "$REV_POD" collector-udp listen), allowedSources $(rev_field "$REV_POD" collector-udp allowedSources)"
-  [[ $conf == *"\"$COLL_IP:$REV_PORT\""* && -n $REV_NET1 && $REV_NET1 == 172.17.16.* ]] &&
-    grep -Eq "hil/$REV_POD +$REV_NET1 +collector/tcp \(reverse\) +$COLL_IP:$REV_PORT +listening" <<<"$st" &&
-    grep -Eq "hil/$REV_POD +$REV_NET1 +collector-udp/udp \(reverse\) +$COLL_IP:$REV_PORT +listening" <<<"$st" &&
+  [[ $conf == *"\"$REV_TARGET\""* && -n $REV_NET1 && $REV_NET1 == 172.17.16.* ]] &&
+    grep -Eq "hil/$REV_POD +$REV_NET1 +collector/tcp \(reverse\) +$REV_TARGET +listening" <<<"$st" &&
+    grep -Eq "hil/$REV_POD +$REV_NET1 +collector-udp/udp \(reverse\) +$REV_TARGET +listening" <<<"$st" &&
     [[ $(rev_field "$REV_POD" collector direction) == reverse ]] &&
     [[ $(rev_field "$REV_POD" collector listen) == "$REV_NET1:$REV_PORT" ]] &&
     [[ $(rev_field "$REV_POD" collector-udp allowedSources) == 172.17.16.0/24 ]]
@@ -211,7 +218,7 @@ c10c_udp() {
 # Refused from the device: a port nothing declares on net1 (9001), a
 # forward's port (8080: its listener is on every address of the pod, but
 # what arrives on net1 is not relayed), and the reverse port from a source
-# outside its allowedSources (a second address on the device, .121, for the
+# outside its allowedSources (a second address on the device, $FOREIGN_IP, for the
 # time of the check). None may reach the collector or the device's echo.
 c10d_refused() {
   local out ok=0 r0 r1 a0 a1 word=foreign-$RANDOM
@@ -223,16 +230,18 @@ c10d_refused() {
   a1=$(rev_field "$REV_POD" api refused)
   note "device -> $REV_NET1:8080/tcp (forward api, arriving on net1): $out; api refused $a0 -> $a1"
   r0=$(rev_field "$REV_POD" collector refused)
-  ip -n "$DEVICE_NS" addr add 172.17.16.121/24 dev eth0
-  if out=$(dev_call tcp "$REV_NET1" "$REV_PORT" "$word" 172.17.16.121); then ok=1; fi
+  ip -n "$DEVICE_NS" addr add "$FOREIGN_IP/24" dev eth0
+  if out=$(dev_call tcp "$REV_NET1" "$REV_PORT" "$word" "$FOREIGN_IP"); then ok=1; fi
   until_ok 10 differs "$r0" rev_field "$REV_POD" collector refused || ok=1
   r1=$(rev_field "$REV_POD" collector refused)
-  ip -n "$DEVICE_NS" addr del 172.17.16.121/24 dev eth0
-  note "device 172.17.16.121 -> $REV_NET1:$REV_PORT/tcp (allowedSources 172.17.16.120/32): $out; collector refused $r0 -> $r1"
+  ip -n "$DEVICE_NS" addr del "$FOREIGN_IP/24" dev eth0
+  note "device $FOREIGN_IP -> $REV_NET1:$REV_PORT/tcp (allowedSources 172.17.16.120/32): $out; collector refused $r0 -> $r1"
   grep_logs "$word" && { note "the collector got it"; ok=1; }
   ((ok == 0))
 }
-check "10a reverse: collector Service, NAD from cni-conf/nad-reverse.yaml with its ClusterIP as target, proxy pod $REV_POD; edgelinkd status lists collector/tcp and collector-udp/udp (reverse) listening on net1 only" c10a_setup
+REV_HOW="with the collector's DNS name as target (as shipped)"
+[[ $KUBE == 1.20 ]] && REV_HOW="with its ClusterIP as target"
+check "10a reverse: collector Service on $CLIENT_NODE, NAD from cni-conf/nad-reverse.yaml $REV_HOW, proxy pod $REV_POD; edgelinkd status lists collector/tcp and collector-udp/udp (reverse) listening on net1 only" c10a_setup
 check "10b reverse TCP: device -> proxy pod net1:$REV_PORT -> Service ClusterIP -> collector pod; the collector sees the proxy pod's eth0, not the device" c10b_tcp
 check "10c reverse UDP: device -> net1:$REV_PORT/udp -> Service -> collector and back; peer is the proxy pod's eth0" c10c_udp
 check "10d refused from the device: an undeclared port, a forward's port on net1, a source outside allowedSources (counted, nothing reaches the collector)" c10d_refused

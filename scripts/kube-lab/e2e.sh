@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# The end-to-end checks of issues 10, 11 (e2e-operator.sh), 13 (8b, 8c) and 14 (10,
-# e2e-reverse.sh; O12) on the kube lab (`make e2e-kube`):
-# `scripts/kube-lab.sh up` (which installs edgelink: edgelink.sh), then one
-# PASS/FAIL line per check, then "N passed, M failed". The lab is brought
-# down at the end, always, unless KEEP=1. docs/kube-lab.md lists the checks.
+# The end-to-end checks of issues 10, 11 (e2e-operator.sh), 13 (8b, 8c), 14 (10,
+# e2e-reverse.sh; O12) and 23 (the current profile: X1-X4, current/e2e-cross.sh)
+# on the kube lab (`make e2e-kube`): `scripts/kube-lab.sh up` (which installs
+# edgelink), then one PASS/FAIL line per check, then "N passed, M failed".
+# The lab is brought down at the end, always, unless KEEP=1.
+# docs/kube-lab.md lists the checks.
 #
-#   scripts/kube-lab/e2e.sh            KEEP=1 scripts/kube-lab/e2e.sh
+#   scripts/kube-lab/e2e.sh                KUBE=1.20 scripts/kube-lab/e2e.sh
+#   KEEP=1 scripts/kube-lab/e2e.sh
+#
+# KUBE=1.36 (the default): four nodes; the proxy pod on kedge1, the client
+# pods on kw1, so every check through the Service crosses nodes; Multus
+# thick. KUBE=1.20: one node, Multus thin.
 #
 # Clients: a busybox pod on the cluster network (TCP and HTTP with its nc).
 # busybox's nc has no UDP, so the UDP client is the host's python3
-# (scripts/lab/echo.py) run inside that pod's network namespace. The lab has
-# no DNS (no CoreDNS): the clients use the Service's ClusterIP, which the
-# pod also gets as DEVICE01_01_SERVICE_HOST.
+# (scripts/lab/echo.py) run inside that pod's network namespace. The 1.20
+# lab has no DNS (no CoreDNS): the clients use the Service's ClusterIP,
+# which the pod also gets as DEVICE01_01_SERVICE_HOST.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=scripts/kube-lab/common.sh
 . "$HERE/common.sh"
 [[ $(id -u) == 0 ]] || die "run as root"
+export KUBE MULTUS
 
 KEEP=${KEEP:-}
 down() {
@@ -34,16 +41,51 @@ trap down EXIT
 "$REPO/scripts/kube-lab.sh" up
 
 export KUBECONFIG=$RUN/kube/admin.kubeconfig
-MNT=$RUN/ns/mnt
 HOST=$(rustc -vV | sed -n 's/^host: //p')
 PLUGIN_BUILT=$REPO/target/$HOST/release/edgelink
 ECHO=$REPO/scripts/lab/echo.py
-kc() { ip netns exec "$NODE_NS" "$BIN/kubectl" --request-timeout 30s "$@"; }
-# the node's own view (its /opt/cni/bin, /var/lib/edgelink, /run/netns)
-on_node() { nsenter --mount="$MNT" --net="/run/netns/$NODE_NS" "$@"; }
+# The profile's nodes: LAB_NODES (every node, the edge node under test
+# first), EDGE_NODES, CLIENT_NODE (where the client pods run), KC_NS (the
+# namespace kubectl runs in), node_mnt NODE (its mount namespace), node_sock
+# NODE (its containerd), CTR; MULTUS (thin or thick) is common.sh's.
+if [[ $KUBE == 1.20 ]]; then
+  LAB_NODES=("$NODE") EDGE_NODES=("$NODE") CLIENT_NODE=$NODE KC_NS=$NODE_NS CTR=ctr
+  node_mnt() { echo "$RUN/ns/mnt"; }
+  node_sock() { echo "$RUN/containerd/containerd.sock"; }
+else
+  # shellcheck source=scripts/kube-lab/current/topology.sh
+  . "$HERE/current/topology.sh"
+  # shellcheck source=scripts/kube-lab/current/node.sh
+  . "$HERE/current/node.sh"
+  LAB_NODES=("$NODE" kw1 kcp kedge2) CLIENT_NODE=kw1 KC_NS=$(node_ns kcp) CTR=$BIN/ctr
+  node_mnt() { echo "$(node_dir "$1")/ns/mnt"; }
+  node_sock() { echo "$(node_dir "$1")/containerd/containerd.sock"; }
+fi
+kc() { ip netns exec "$KC_NS" "$BIN/kubectl" --request-timeout 30s "$@"; }
+# the edge node's own view (its /opt/cni/bin, /var/lib/edgelink, /run/netns)
+on_node() { nsenter --mount="$(node_mnt "$NODE")" --net="/run/netns/$NODE_NS" "$@"; }
+# netns_mnt NETNS: the mount namespace of the node whose /run/netns has it
+netns_mnt() {
+  local n
+  for n in "${LAB_NODES[@]}"; do
+    nsenter --mount="$(node_mnt "$n")" test -e "/run/netns/$1" && { node_mnt "$n"; return 0; }
+  done
+  return 1
+}
 # in_pod_netns NETNS CMD...: CMD in a pod's network namespace (its file is
-# under the lab mount namespace's /run/netns)
-in_pod_netns() { local n=$1; shift; nsenter --mount="$MNT" nsenter --net="/run/netns/$n" "$@"; }
+# under its node's /run/netns)
+in_pod_netns() {
+  local n=$1 m; shift
+  m=$(netns_mnt "$n") || return 1
+  nsenter --mount="$m" nsenter --net="/run/netns/$n" "$@"
+}
+# tag_image FROM TO: a re-tagged image on every edge node
+tag_image() {
+  local n
+  for n in "${EDGE_NODES[@]}"; do
+    "$CTR" -a "$(node_sock "$n")" -n k8s.io images tag --force "docker.io/library/$1" "docker.io/library/$2" >/dev/null || return 1
+  done
+}
 
 pass=0 fail=0
 check() {
@@ -75,8 +117,8 @@ c1_rollout() {
   want=$(kc -n edgelink-system get ds edgelinkd -o jsonpath='{.status.desiredNumberScheduled}')
   ready=$(kc -n edgelink-system get ds edgelinkd -o jsonpath='{.status.numberReady}')
   DS_POD=$(ds_pod)
-  note "desired $want, ready $ready, pod $DS_POD on $NODE"
-  [[ $want == 1 && $ready == 1 && -n $DS_POD ]]
+  note "desired $want, ready $ready (edge nodes: ${EDGE_NODES[*]}), pod $DS_POD on $NODE"
+  [[ $want == "${#EDGE_NODES[@]}" && $ready == "$want" && -n $DS_POD ]]
 }
 c1_atomic() {
   local logs left
@@ -96,7 +138,7 @@ c1_version() {
   note "$v"
   [[ $v == *'"supportedVersions"'* ]]
 }
-check "1a DaemonSet edgelinkd rolled out on $NODE" c1_rollout
+check "1a DaemonSet edgelinkd rolled out on ${EDGE_NODES[*]}" c1_rollout
 check "1b install-cni put the plugin into /opt/cni/bin atomically (same bytes as the image's, no temp file left, node-name written)" c1_atomic
 check "1c /opt/cni/bin/edgelink answers VERSION" c1_version
 
@@ -138,23 +180,27 @@ apiVersion: v1
 kind: Pod
 metadata: {name: client}
 spec:
+  nodeName: $CLIENT_NODE
   containers:
   - {name: client, image: $CLIENT_IMAGE, imagePullPolicy: Never}
 YAML
 kc -n hil wait --for condition=Ready --timeout 60s pod/client >/dev/null || true
 SVC_IP=$(kc -n hil get svc device01-01 -o jsonpath='{.spec.clusterIP}')
 CLIENT_IP=$(kc -n hil get pod client -o jsonpath='{.status.podIP}')
-# pod_netns NS POD: the node's netns that holds the pod's address
+# pod_netns NS POD: the netns, on the pod's node, that holds its address
 pod_netns() {
-  local n ip
+  local n ip m
   ip=$(kc -n "$1" get pod "$2" -o jsonpath='{.status.podIP}')
-  for n in $(on_node ls /run/netns); do
-    if in_pod_netns "$n" ip -4 -o addr show 2>/dev/null | grep -q " $ip/"; then echo "$n"; break; fi
+  m=$(node_mnt "$(kc -n "$1" get pod "$2" -o jsonpath='{.spec.nodeName}')")
+  for n in $(nsenter --mount="$m" ls /run/netns); do
+    if nsenter --mount="$m" nsenter --net="/run/netns/$n" ip -4 -o addr show 2>/dev/null | grep -q " $ip/"; then
+      echo "$n"; break
+    fi
   done
 }
 client_netns() { pod_netns hil client; }
 CLIENT_NETNS=$(client_netns)
-note "Service device01-01 ClusterIP $SVC_IP (no DNS in the lab); client $CLIENT_IP, netns $CLIENT_NETNS"
+note "Service device01-01 ClusterIP $SVC_IP; client $CLIENT_IP on $CLIENT_NODE, netns $CLIENT_NETNS; the proxy pod on $NODE"
 c3_env() {
   local e
   # shellcheck disable=SC2016  # expanded in the pod
@@ -183,9 +229,9 @@ c3_http() {
   [[ $out == "HTTP/1.1 200"* && $out == *"device01-01: temperature="* ]]
 }
 check "3a client has the Service in its environment (DEVICE01_01_SERVICE_HOST = ClusterIP)" c3_env
-check "3b TCP through ClusterIP:8080: 1 MiB echoed, same SHA-256" c3_tcp
-check "3c UDP through ClusterIP:5000: 5 datagrams echoed" c3_udp
-check "3d HTTP through ClusterIP:80: 200 and the device's page" c3_http
+check "3b TCP from $CLIENT_NODE through ClusterIP:8080: 1 MiB echoed, same SHA-256" c3_tcp
+check "3c UDP from $CLIENT_NODE through ClusterIP:5000: 5 datagrams echoed" c3_udp
+check "3d HTTP from $CLIENT_NODE through ClusterIP:80: 200 and the device's page" c3_http
 
 # --- 4. edgelinkd status and /metrics show the forwards and their bytes -----------------------------------
 c4_status() {
@@ -210,6 +256,15 @@ c4_metrics() {
 }
 check "4a edgelinkd status in the DaemonSet pod lists $STS_POD's forwards api, telemetry, http" c4_status
 check "4b /metrics on $NODE's 127.0.0.1:9310 counts the 1 MiB each way, the UDP bytes and the HTTP connection" c4_metrics
+
+# multus_log: Multus's log on the edge node: thin, the plugin's log file;
+# thick, the multus-daemon container's log (it runs the delegates)
+multus_log() {
+  if [[ $MULTUS == thin ]]; then on_node cat /var/log/multus.log; return; fi
+  local p
+  p=$(kc -n kube-system get pods -l app=multus --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}') &&
+    kc -n kube-system logs "$p" -c kube-multus
+}
 
 # --- 5. deleting the proxy pod: DEL, record gone, address free, the replacement gets it back ---------------
 # record_of POD: "FILE CONTAINER_ID" of the pod's attachment record on the node
@@ -247,13 +302,13 @@ c5_replace() {
   kc -n hil wait --for condition=Ready --timeout 90s "pod/$STS_POD" >/dev/null || return 1
   new_net1=$(net1_addr)
   # Multus logs "Del: <namespace>:<pod>:<pod uid>:<network>:<ifname>"
-  dels=$(on_node grep -c "Del: hil:$STS_POD:$old_uid:plant-floor:net1" /var/log/multus.log || true)
+  dels=$(multus_log | grep -c "Del: hil:$STS_POD:$old_uid:plant-floor:net1" || true)
   left=$(on_node grep -rl "$old_cid" /var/lib/edgelink 2>/dev/null | tr '\n' ' ' || true)
   note "after: uid $new_uid, net1 $new_net1; Multus log lines with DEL and the old container: $dels;" \
     "files under /var/lib/edgelink naming it: ${left:-none}; new record: $(record_of "$STS_POD" | head -n 1)"
   [[ $dels -ge 1 && -z $left && $new_net1 == "$NET1" ]] && ! on_node test -e "${old_rec%% *}"
 }
-check "5 proxy pod deleted: Multus DELs, record and reservation gone, replacement $STS_POD gets net1 $NET1 again" c5_replace
+check "5 proxy pod deleted: Multus ($MULTUS) DELs, record and reservation gone, replacement $STS_POD gets net1 $NET1 again" c5_replace
 
 # --- 6. killing edgelinkd's container: restarted, forwards back within 5 s -----------------------------------
 # The first crash of a container is restarted at once; a second one within
@@ -300,7 +355,7 @@ c7_reboot() {
   net1=$(net1_addr)
   note "before: record ${rec%% *}, net1 $net1"
   [[ -n $rec && $cid != "?" ]] || return 1
-  "$HERE/node-stop.sh" >"$RUN/logs/e2e-node-stop.log" 2>&1 || { note "node-stop.sh failed"; return 1; }
+  "$HERE/node-stop.sh" "$NODE" >"$RUN/logs/e2e-node-stop.log" 2>&1 || { note "node-stop.sh failed"; return 1; }
   on_node test -e "${rec%% *}" || { note "the record went with the node: nothing stale to reclaim"; return 1; }
   note "node stopped: $(tail -n 1 "$RUN/logs/e2e-node-stop.log"); the record is still there (stale)"
   "$REPO/scripts/kube-lab.sh" up >"$RUN/logs/e2e-up-again.log" 2>&1 || { note "up failed: $RUN/logs/e2e-up-again.log"; return 1; }
@@ -348,8 +403,7 @@ c8_update() {
   local tag=edgelink:0.1.0-e2e stop=$RUN/e2e-load.stop out=$RUN/logs/e2e-load.out lp t0 t1 img i back=0
   CLIENT_NETNS=$(client_netns)
   until_ok 20 tcp_ok || { note "forwards not serving before the update"; return 1; }
-  ctr -a "$RUN/containerd/containerd.sock" -n k8s.io images tag --force \
-    "docker.io/library/edgelink:0.1.0" "docker.io/library/$tag" >/dev/null || return 1
+  tag_image edgelink:0.1.0 "$tag" || return 1
   rm -f "$stop"
   in_pod_netns "$CLIENT_NETNS" python3 "$HERE/longconns.py" "$SVC_IP" 8080 50 "$stop" 150 >"$out" 2>&1 &
   lp=$!
@@ -380,11 +434,10 @@ check "8 DaemonSet update to a re-tagged image under 50 long connections + new o
 # daemonset/edgelinkd). Same load as 8; 0 dropped, 0 refused, 0 failed.
 c8b_takeover() {
   local tag=edgelink:0.1.0-takeover stop=$RUN/e2e-load-b.stop out=$RUN/logs/e2e-load-b.out lp t0 t1 t2 t3 img i n ok=1 fig
-  local up=(env "KUBECTL=ip netns exec $NODE_NS $BIN/kubectl" TIMEOUT=120 "$REPO/scripts/upgrade-daemonset.sh")
+  local up=(env "KUBECTL=ip netns exec $KC_NS $BIN/kubectl" TIMEOUT=120 "$REPO/scripts/upgrade-daemonset.sh")
   CLIENT_NETNS=$(client_netns)
   until_ok 20 tcp_ok || { note "forwards not serving before the update"; return 1; }
-  ctr -a "$RUN/containerd/containerd.sock" -n k8s.io images tag --force \
-    "docker.io/library/edgelink:0.1.0" "docker.io/library/$tag" >/dev/null || return 1
+  tag_image edgelink:0.1.0 "$tag" || return 1
   rm -f "$stop"
   in_pod_netns "$CLIENT_NETNS" python3 "$HERE/longconns.py" "$SVC_IP" 8080 50 "$stop" 200 >"$out" 2>&1 &
   lp=$!
@@ -418,7 +471,7 @@ c8b_takeover() {
 }
 check "8b DaemonSet upgraded twice through take-overs (scripts/upgrade-daemonset.sh) under the same load: 0 dropped, 0 refused" c8b_takeover
 
-# --- 8c. the surge patch is for 1.22 and newer: 1.20 refuses it -------------------------------------------------
+# --- 8c. the surge patch is for 1.22 and newer: 1.20 refuses it; 1.36 runs it (current/e2e-surge.sh) ----------
 c8c_surge_refused() {
   local out
   if out=$(kc -n edgelink-system patch daemonset edgelinkd --dry-run=server \
@@ -428,7 +481,12 @@ c8c_surge_refused() {
   note "refused: $out"
   [[ $out == *maxUnavailable*"cannot be 0"* ]]
 }
-check "8c daemonset/upgrade/surge.yaml (maxSurge 1, maxUnavailable 0) refused by Kubernetes 1.20, as docs/install.md says" c8c_surge_refused
+if [[ $KUBE == 1.20 ]]; then
+  check "8c daemonset/upgrade/surge.yaml (maxSurge 1, maxUnavailable 0) refused by Kubernetes 1.20, as docs/install.md says" c8c_surge_refused
+else
+  # shellcheck source=scripts/kube-lab/current/e2e-surge.sh
+  . "$HERE/current/e2e-surge.sh"
+fi
 
 # --- 9. a NAD with a bad config leaves the pod in ContainerCreating with edgelink's message ------------------
 c9_bad_nad() {
@@ -464,7 +522,10 @@ YAML
     sleep 1
   done
   phase=$(kc -n hil get pod bad-mode -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}')
-  note "pod bad-mode: $phase; describe: ...${got#*failed (add): }"
+  # Multus thin: "...failed (add): <the plugin's message>"; thick:
+  # "...CNI request failed with status 400: '<the request>' ERRORED: ..."
+  got=${got#*failed (add): }
+  note "pod bad-mode: $phase; describe: ...${got##*ERRORED: }"
   kc -n hil delete pod bad-mode --wait=false >/dev/null
   [[ -n $got && $phase == ContainerCreating ]]
 }
@@ -473,6 +534,12 @@ check "9 NAD with mode \"tunnel\": pod stays ContainerCreating, describe shows e
 # --- 10. reverse forwards: the device calls a cluster Service: scripts/kube-lab/e2e-reverse.sh ---------------
 # shellcheck source=scripts/kube-lab/e2e-reverse.sh
 . "$HERE/e2e-reverse.sh"
+
+# --- X1-X2. the current profile's own: by DNS name, Multus thick: current/e2e-cross.sh ---------------------
+if [[ $KUBE != 1.20 ]]; then
+  # shellcheck source=scripts/kube-lab/current/e2e-cross.sh
+  . "$HERE/current/e2e-cross.sh"
+fi
 
 # --- O1-O12. edgelink-operator: scripts/kube-lab/e2e-operator.sh -----------------------------------------
 # shellcheck source=scripts/kube-lab/e2e-operator.sh

@@ -4,15 +4,28 @@
 # (unmounted without a CNI DEL, as a reboot would), leaving the control plane,
 # the namespaces and the CNI state (/var/lib/cni, /var/lib/edgelink) alone.
 # `scripts/kube-lab.sh up` then starts containerd and the kubelet again.
+#
+#   scripts/kube-lab/node-stop.sh                 the 1.20 lab's node
+#   KUBE=1.36 scripts/kube-lab/node-stop.sh NODE  one node of the current lab
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/kube-lab/common.sh
 . "$HERE/common.sh"
 [[ $(id -u) == 0 ]] || die "run as root"
-if ! [[ -f $RUN/ns/mnt ]] || ! mountpoint -q "$RUN/ns/mnt"; then die "the lab is not up"; fi
-
-pid_of() { recorded_pid "$1"; }
-ns=$(stat -L -c %i "$RUN/ns/mnt")
+if [[ $KUBE == 1.20 ]]; then
+  MNT=$RUN/ns/mnt
+  pid_of() { recorded_pid "$1"; }
+else
+  # shellcheck source=scripts/kube-lab/current/topology.sh
+  . "$HERE/current/topology.sh"
+  # shellcheck source=scripts/kube-lab/current/node.sh
+  . "$HERE/current/node.sh"
+  N=${1:?which node: KUBE=$KUBE node-stop.sh NODE}
+  MNT=$(node_dir "$N")/ns/mnt
+  pid_of() { recorded_pid "$N-$1"; }
+fi
+if ! [[ -f $MNT ]] || ! mountpoint -q "$MNT"; then die "the lab is not up"; fi
+ns=$(stat -L -c %i "$MNT")
 # containerd's shims: in the lab's mount namespace, not recorded by `up`
 mapfile -t shims < <(for p in $(pgrep -f containerd-shim-runc-v2 || true); do
   [[ $(stat -L -c %i "/proc/$p/ns/mnt" 2>/dev/null) == "$ns" ]] && echo "$p"; done)
@@ -32,5 +45,5 @@ for ((i = 0; i < 20; i++)); do
 done
 # the pods' network namespaces (their interfaces go with them)
 # shellcheck disable=SC2016  # expanded by the inner sh
-nsenter --mount="$RUN/ns/mnt" sh -c 'n=0; for f in /run/netns/cni-*; do [ -e "$f" ] || continue; umount "$f" 2>/dev/null; rm -f "$f"; n=$((n+1)); done; echo "$n"' |
+nsenter --mount="$MNT" sh -c 'n=0; for f in /run/netns/cni-*; do [ -e "$f" ] || continue; umount "$f" 2>/dev/null; rm -f "$f"; n=$((n+1)); done; echo "$n"' |
   { read -r n; log "removed $n pod network namespaces"; }

@@ -44,6 +44,8 @@ cgroup_pids() {
 mapfile -t pids < <(cgroup_pids)
 if ((${#pids[@]})); then log "stopping ${#pids[@]} containers left in the nodes' cgroups"; stop_pids "${pids[@]}"; fi
 
+[[ -d $RUN/pids ]] && devices_down
+
 for n in "${NODES[@]}"; do
   d=$(node_dir "$n")
   [[ -d $d/ns ]] || continue

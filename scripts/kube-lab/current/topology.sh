@@ -107,3 +107,30 @@ pod_routes() {
     done
   done
 }
+
+# devices_up: each device serves TCP echo on 8080, UDP echo on 5000 and a
+# web page on 80 (scripts/lab/echo.py), recorded as <device>-<tcp|udp|http>.
+devices_up() {
+  local d
+  for d in "${DEVICES[@]}"; do
+    device_serve "$d" tcp serve 8080
+    device_serve "$d" udp serve-udp 5000
+    device_serve "$d" http serve-http 80
+  done
+}
+device_serve() {
+  local d=$1 what=$2 mode=$3 port=$4
+  [[ -n $(recorded_pid "$d-$what") ]] && return 0
+  setsid ip netns exec "$(device_ns "$d")" python3 "$REPO/scripts/lab/echo.py" "$mode" "$(device_ip "$d")" "$port" \
+    </dev/null >>"$RUN/logs/$d-$what.log" 2>&1 &
+  record_pid "$d-$what" $!
+}
+# devices_down: stop them (a process outlives its network namespace).
+devices_down() {
+  local d w pids=()
+  for d in "${DEVICES[@]}"; do
+    for w in tcp udp http; do pids+=("$(recorded_pid "$d-$w")"); done
+  done
+  mapfile -t pids < <(printf '%s\n' "${pids[@]}" | grep .)
+  if ((${#pids[@]})); then log "stopping ${#pids[@]} device servers"; stop_pids "${pids[@]}"; fi
+}

@@ -29,14 +29,21 @@ phase() { log "$1 done at $((SECONDS - T0)) s"; }
 # --- the cache ------------------------------------------------------------------------------------
 "$KL/build-k8s-modproxy.sh"
 "$KL/build-deps-current.sh" debs
-"$KL/build-deps.sh" images multus-thick coredns
+if [[ $MULTUS == thick ]]; then "$KL/build-deps.sh" images multus-thick coredns
+else "$KL/build-deps.sh" images multus coredns; fi
 phase cache
 mkdir -p "$RUN"/{pids,logs,etcd,kube}
+# One Multus mode per lab: a lab up in the other one goes down first.
+if [[ -f $RUN/multus-mode && $(cat "$RUN/multus-mode") != "$MULTUS" ]]; then
+  die "the lab is up with MULTUS=$(cat "$RUN/multus-mode"); KUBE=$KUBE scripts/kube-lab.sh down first"
+fi
+echo "$MULTUS" >"$RUN/multus-mode"
 
 # --- the machines and cables ------------------------------------------------------------------------
 topology_up
 for n in "${NODES[@]}"; do node_mounts "$n"; done
-phase namespaces
+devices_up
+phase "namespaces, devices"
 
 # Machine-wide sysctls the kubelet sets: recorded once, `down` restores them.
 save_sysctls
@@ -120,8 +127,8 @@ for n in "${NODES[@]}"; do
 done
 phase nodes
 
-multus_thick_up
-phase "Multus thick"
+multus_up
+phase "Multus $MULTUS"
 
 dns_up
 phase "cluster DNS"
