@@ -46,7 +46,7 @@ case $cmd in
     echo "# the node's own view (/opt/cni/bin, /var/lib/kubelet, /run/netns): nsenter --mount=$RUN/ns/mnt --net=/run/netns/$NODE_NS sh"
     echo "# kubectl runs in the node namespace: ip netns exec $NODE_NS kubectl get nodes"
     ;;
-  status) "$HERE/status.sh" ;;
+  status) if [[ $KUBE == 1.20 ]]; then "$HERE/status.sh"; else "$HERE/current/status.sh"; fi ;;
   cached) cache_ready ;;
   bindir) echo "$BIN" ;;
   *)

@@ -149,6 +149,14 @@ for a in json.load(sys.stdin)["attachments"]:
 sys.exit(1)' "$@"
 }
 
+# ds_status_has TEXT: `edgelinkd status` in the DaemonSet pod shows TEXT
+# (its exit status 2, a target unreachable, is no failure here)
+ds_status_has() {
+  local out
+  out=$(kc -n edgelink-system exec "$DS_POD" -c edgelinkd -- edgelinkd status 2>/dev/null) || true
+  [[ $out == *"$1"* ]]
+}
+
 REV_NET1=""
 REV_POD_IP=""
 c10a_setup() {
@@ -181,12 +189,19 @@ YAML
   until_ok 30 is listening rev_field "$REV_POD" collector listener || { note "collector not listening"; return 1; }
   until_ok 30 is listening rev_field "$REV_POD" collector-udp listener || return 1
   DS_POD=$(ds_pod)
+  # a name: until it is resolved (edgelinkd status shows "name = address")
+  if [[ $REV_TARGET != "$COLL_IP:$REV_PORT" ]]; then
+    until_ok 30 ds_status_has "= $COLL_IP:$REV_PORT" || note "the name is not resolved after 30 s"
+  fi
   st=$(kc -n edgelink-system exec "$DS_POD" -c edgelinkd -- edgelinkd status) || [ $? -eq 2 ] || return 1
   grep -E "$REV_POD|POD" <<<"$st" | sed 's/^/     | /'
   note "/status collector: direction $(rev_field "$REV_POD" collector direction), listen $(rev_field "$REV_POD" collector listen), allowedSources $(rev_field "$REV_POD" collector allowedSources); collector-udp: listen $(rev_field "$REV_POD" collector-udp listen), allowedSources $(rev_field "$REV_POD" collector-udp allowedSources)"
+  # a name is shown with what it resolved to
+  local shown=$REV_TARGET
+  [[ $REV_TARGET == "$COLL_IP:$REV_PORT" ]] || shown="$REV_TARGET = $COLL_IP:$REV_PORT"
   [[ $conf == *"\"$REV_TARGET\""* && -n $REV_NET1 && $REV_NET1 == 172.17.16.* ]] &&
-    grep -Eq "hil/$REV_POD +$REV_NET1 +collector/tcp \(reverse\) +$REV_TARGET +listening" <<<"$st" &&
-    grep -Eq "hil/$REV_POD +$REV_NET1 +collector-udp/udp \(reverse\) +$REV_TARGET +listening" <<<"$st" &&
+    grep -Eq "hil/$REV_POD +$REV_NET1 +collector/tcp \(reverse\) +$shown +listening" <<<"$st" &&
+    grep -Eq "hil/$REV_POD +$REV_NET1 +collector-udp/udp \(reverse\) +$shown +listening" <<<"$st" &&
     [[ $(rev_field "$REV_POD" collector direction) == reverse ]] &&
     [[ $(rev_field "$REV_POD" collector listen) == "$REV_NET1:$REV_PORT" ]] &&
     [[ $(rev_field "$REV_POD" collector-udp allowedSources) == 172.17.16.0/24 ]]

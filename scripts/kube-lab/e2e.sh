@@ -327,7 +327,10 @@ c6_kill() {
   local pid new r0 r1 t0 t1 ms i ok=0
   pid=$(edgelinkd_pid | head -n 1)
   r0=$(restarts)
-  [[ -n $pid ]] && tcp_ok || return 1
+  [[ -n $pid ]] || { note "no edgelinkd in $NODE_NS"; return 1; }
+  # check 5's new proxy pod: the client node's kube-proxy may not have
+  # its address yet (across nodes on 1.36)
+  until_ok 30 tcp_ok || { note "the forwards do not answer before the kill"; return 1; }
   t0=$(date +%s%N)
   kill -KILL "$pid"
   for ((i = 0; i < 150; i++)); do

@@ -13,13 +13,25 @@
 # 0 dropped, 0 refused, 0 failed; each new pod's log says "took over". The
 # second proxy is removed afterwards (the checks after this one expect one).
 
-# active_on NODE: the api forward's live connections in edgelinkd's /status there
-active_on() {
+# api_on NODE FIELD: the sum of the api forwards' FIELD (activeConnections,
+# totalConnections) in edgelinkd's /status there
+api_on() {
   ip netns exec "$(node_ns "$1")" curl -fsS --max-time 5 http://127.0.0.1:9310/status | python3 -c '
 import json, sys
-print(sum(f.get("activeConnections", 0) for a in json.load(sys.stdin)["attachments"]
-          for f in a["forwards"] if f["name"] == "api"))'
+print(sum(f.get(sys.argv[1], 0) for a in json.load(sys.stdin)["attachments"]
+          for f in a["forwards"] if f["name"] == "api"))' "$2"
 }
+active_on() { api_on "$1" activeConnections; }
+# kedge2_serves: new connections through the Service reach kedge2's proxy
+# too (kube-proxy on kw1 has both endpoints: its sync can lag the
+# EndpointSlice by seconds)
+kedge2_serves() {
+  local i before
+  before=$(api_on kedge2 totalConnections)
+  for i in 1 2 3 4 5 6 7 8; do tcp_ok; done
+  (($(api_on kedge2 totalConnections) > before))
+}
+ds_pod_count() { ds_pods | grep -c .; }
 # svc_ready_endpoints: how many ready endpoints the Service device01-01 has
 svc_ready_endpoints() {
   kc -n hil get endpointslices -l kubernetes.io/service-name=device01-01 \
@@ -38,6 +50,7 @@ c8c_surge() {
     { note "the Service has not both proxies"; return 1; }
   CLIENT_NETNS=$(client_netns)
   until_ok 20 tcp_ok || { note "forwards not serving before the update"; return 1; }
+  until_ok 30 kedge2_serves || { note "nothing through the Service reaches kedge2's proxy"; return 1; }
   tag_image edgelink:0.1.0 "$tag" || return 1
   kc -n edgelink-system patch daemonset edgelinkd --patch-file "$REPO/daemonset/upgrade/surge.yaml" >/dev/null || return 1
   note "surge.yaml: $(kc -n edgelink-system get ds edgelinkd -o jsonpath='maxSurge {.spec.updateStrategy.rollingUpdate.maxSurge}, maxUnavailable {.spec.updateStrategy.rollingUpdate.maxUnavailable}, minReadySeconds {.spec.minReadySeconds}')"
@@ -54,6 +67,9 @@ c8c_surge() {
   sleep 2
   touch "$stop"
   wait "$lp" || true
+  # the old pods go once the new ones are available: until then (their
+  # grace period) they are still listed
+  until_ok 60 is "${#EDGE_NODES[@]}" ds_pod_count || note "old edgelinkd pods still there: $(ds_pods | tr '\n' ';')"
   pods=$(ds_pods)
   while read -r p n img; do
     [[ -n $p ]] || continue
@@ -62,10 +78,14 @@ c8c_surge() {
   done <<<"$pods"
   note "surge rollout to $tag: $(((t1 - t0) / 1000000)) ms; $(tail -n 1 "$out")"
   note "surge (8c): $(load_figures "$out")"
-  kc delete -f "$REPO/cni-conf/expose-a-device/two-edge-nodes/" --wait=true --timeout 60s >/dev/null || ok=0
-  ((ok && a1 > 0 && a2 > 0 && took == ${#EDGE_NODES[@]})) &&
-    [[ $(grep -c " $tag\$" <<<"$pods") == "${#EDGE_NODES[@]}" && $(wc -l <<<"$pods") == "${#EDGE_NODES[@]}" ]] &&
-    grep -Eq '^long 50: established 50, dropped 0 .*; new: ok [1-9][0-9]*, refused 0, failed 0;' "$out" &&
-    until_ok 20 tcp_ok
+  kc delete -f "$REPO/cni-conf/expose-a-device/two-edge-nodes/" --wait=true --timeout 60s >/dev/null ||
+    { note "the second proxy did not go"; ok=0; }
+  ((a1 > 0 && a2 > 0)) || { note "the load did not reach both edge nodes"; ok=0; }
+  ((took == ${#EDGE_NODES[@]})) || { note "$took of ${#EDGE_NODES[@]} new pods took over"; ok=0; }
+  [[ $(grep -c " $tag\$" <<<"$pods") == "${#EDGE_NODES[@]}" && $(wc -l <<<"$pods") == "${#EDGE_NODES[@]}" ]] ||
+    { note "edgelinkd pods: $(tr '\n' ';' <<<"$pods")"; ok=0; }
+  grep -Eq '^long 50: established 50, dropped 0 .*; new: ok [1-9][0-9]*, refused 0, failed 0;' "$out" || ok=0
+  until_ok 20 tcp_ok || { note "the forwards do not answer after"; ok=0; }
+  ((ok))
 }
 check "8c DaemonSet surge (daemonset/upgrade/surge.yaml, then set image) on both edge nodes under 50 long connections through proxies on kedge1 and kedge2: each new pod took over, 0 dropped, 0 refused" c8c_surge
