@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end-to-end checks of issues 10, 11 (e2e-operator.sh), 13 (8b, 8c), 14 (10,
-# e2e-reverse.sh; O12) and 23 (the current profile: X1-X4, current/e2e-cross.sh)
+# e2e-reverse.sh; O12) and 23 (the current profile: 8c current/e2e-surge.sh, X1-X2 current/e2e-cross.sh)
 # on the kube lab (`make e2e-kube`): `scripts/kube-lab.sh up` (which installs
 # edgelink), then one PASS/FAIL line per check, then "N passed, M failed".
 # The lab is brought down at the end, always, unless KEEP=1.
