@@ -42,7 +42,11 @@ case $cmd in
     echo "export PATH=$BIN:\$PATH"
     echo "export KUBE_LAB_NODE_NS=$NODE_NS"
     echo "export KUBE_LAB_MOUNT_NS=$RUN/ns/mnt"
-    echo "export KUBE_LAB_CONTAINERD_SOCK=$RUN/containerd/containerd.sock"
+    if [[ $KUBE == 1.20 ]]; then
+      echo "export KUBE_LAB_CONTAINERD_SOCK=$RUN/containerd/containerd.sock"
+    else
+      echo "# a node's containers: crictl --runtime-endpoint unix://$RUN/nodes/kedge1/containerd/containerd.sock ps"
+    fi
     echo "# the node's own view (/opt/cni/bin, /var/lib/kubelet, /run/netns): nsenter --mount=$RUN/ns/mnt --net=/run/netns/$NODE_NS sh"
     echo "# kubectl runs in the node namespace: ip netns exec $NODE_NS kubectl get nodes"
     ;;

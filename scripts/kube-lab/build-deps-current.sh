@@ -5,9 +5,10 @@
 #     Debian sid's packages, fetched with a private apt configuration (the
 #     system's apt untouched) and unpacked with dpkg-deb -x; they need at
 #     most GLIBC_2.34 and run on this Debian 12 (../shared/kube-lab.md);
-#   runc: bookworm's 1.1.5 (sid's and trixie's need GLIBC_2.38).
+#   runc: bookworm's 1.1.5 (sid's and trixie's need GLIBC_2.38);
+#   crictl: built from the Go module proxy (sigs.k8s.io/cri-tools).
 # Each piece is checked to run before it is stamped.
-# Usage: build-deps-current.sh [debs]...   (default: all)
+# Usage: build-deps-current.sh [debs|crictl]...   (default: all)
 set -euo pipefail
 # shellcheck source=scripts/kube-lab/common.sh
 . "$(dirname "$0")/common.sh"
@@ -59,12 +60,29 @@ debs() {
   log "$("$BIN/containerd" --version); $("$BIN/runc" --version | head -n1); $("$BIN/etcd" --version | head -n1)"
 }
 
+# crictl of the same minor as Kubernetes, from the Go module proxy (~2 min).
+crictl() {
+  local key
+  key="crictl $CRICTL_VERSION $(go version)"
+  if stamp_ok "$BIN/.stamp-crictl" "$key" && [[ -x $BIN/crictl ]]; then log "crictl: cached"; return 0; fi
+  log "building crictl $CRICTL_VERSION from the Go module proxy"
+  local t0=$SECONDS
+  mkdir -p "$BIN"
+  GOMODCACHE=$CACHE/gomod/pkg/mod GOCACHE=$CACHE/gocache CGO_ENABLED=0 GOBIN=$BIN GOFLAGS='' \
+    go install -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+    "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  "$BIN/crictl" --version | grep -q "$CRICTL_VERSION" || die "crictl does not say $CRICTL_VERSION"
+  stamp_set "$BIN/.stamp-crictl" "$key"
+  log "crictl: built in $((SECONDS - t0)) s"
+}
+
 [[ $KUBE != 1.20 ]] || die "build-deps-current.sh is the KUBE=1.36 profile's; KUBE=1.20 uses build-deps.sh"
 parts=("$@")
-((${#parts[@]})) || parts=(debs)
+((${#parts[@]})) || parts=(debs crictl)
 for p in "${parts[@]}"; do
   case $p in
     debs) debs ;;
+    crictl) crictl ;;
     *) die "unknown part $p" ;;
   esac
 done

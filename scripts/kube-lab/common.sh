@@ -21,6 +21,7 @@ case $KUBE in
     STAGING_VERSION=v0.36.3  # k8s.io/api, client-go, ... published beside it
     K8S_GO=1.26.0            # the `go` line of its go.mod
     COREDNS_VERSION=v1.15.0
+    CRICTL_VERSION=v1.36.0
     DEFAULT_CACHE=/var/tmp/edgelink-kube-1.36
     ;;
   *) printf '[kube-lab] error: KUBE=%s: the profiles are 1.20 and 1.36\n' "$KUBE" >&2; exit 2 ;;

@@ -26,9 +26,9 @@ active_on() { api_on "$1" activeConnections; }
 # too (kube-proxy on kw1 has both endpoints: its sync can lag the
 # EndpointSlice by seconds)
 kedge2_serves() {
-  local i before
+  local before
   before=$(api_on kedge2 totalConnections)
-  for i in 1 2 3 4 5 6 7 8; do tcp_ok; done
+  for _ in 1 2 3 4 5 6 7 8; do tcp_ok; done
   (($(api_on kedge2 totalConnections) > before))
 }
 ds_pod_count() { ds_pods | grep -c .; }

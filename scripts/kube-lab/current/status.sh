@@ -26,6 +26,7 @@ stamp cache:runtime "$BIN/.stamp-deps"
 stamp cache:multus-thick "$MULTUS_DIR/.stamp-thick"
 stamp cache:multus-thin "$MULTUS_DIR/.stamp"
 stamp cache:coredns "$CACHE/coredns/.stamp"
+stamp cache:crictl "$BIN/.stamp-crictl"
 row multus "$(cat "$RUN/multus-mode" 2>/dev/null || echo "(lab not up)")"
 for ns in "$SWITCH_NS" "$SEGMENT_NS"; do
   if has_ns "$ns"; then row "netns:$ns" present; else row "netns:$ns" absent; fi
@@ -36,6 +37,10 @@ for n in "${NODES[@]}"; do
   if [[ -f $(node_dir "$n")/ns/mnt ]] && mountpoint -q "$(node_dir "$n")/ns/mnt"; then row "$n:mountns" present
   else row "$n:mountns" absent; fi
   for c in containerd kubelet kube-proxy; do proc "$n-$c"; done
+  if [[ -n $(recorded_pid "$n-containerd") ]]; then
+    row "$n:pods (crictl)" "$("$BIN/crictl" --runtime-endpoint "unix://$(node_dir "$n")/containerd/containerd.sock" \
+      --timeout 5s pods -q --state ready 2>/dev/null | grep -c . || true) ready sandboxes"
+  fi
 done
 for d in "${DEVICES[@]}"; do
   for c in tcp udp http; do proc "$d-$c"; done

@@ -28,7 +28,7 @@ phase() { log "$1 done at $((SECONDS - T0)) s"; }
 
 # --- the cache ------------------------------------------------------------------------------------
 "$KL/build-k8s-modproxy.sh"
-"$KL/build-deps-current.sh" debs
+"$KL/build-deps-current.sh" debs crictl
 if [[ $MULTUS == thick ]]; then "$KL/build-deps.sh" images multus-thick coredns
 else "$KL/build-deps.sh" images multus coredns; fi
 phase cache
