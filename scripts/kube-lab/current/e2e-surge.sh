@@ -43,7 +43,7 @@ ds_pods() {
     -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.containers[0].image}{"\n"}{end}'
 }
 c8c_surge() {
-  local tag=edgelink:0.1.0-surge stop=$RUN/e2e-load-c.stop out=$RUN/logs/e2e-load-c.out lp t0 t1 a1 a2 ok=1 p n img took=0 pods
+  local tag=edgelink:0.1.0-surge stop=$RUN/e2e-load-c.stop out=$RUN/logs/e2e-load-c.out lp t0 t1 a1 a2 ok=1 p n img took=0 pods log line
   kc apply -f "$REPO/cni-conf/expose-a-device/two-edge-nodes/" >/dev/null || return 1
   kc -n hil rollout status statefulset/device01-01-kedge2 --timeout 120s >/dev/null || { note "no proxy on kedge2"; return 1; }
   until_ok 30 is 2 svc_ready_endpoints ||
@@ -73,8 +73,12 @@ c8c_surge() {
   pods=$(ds_pods)
   while read -r p n img; do
     [[ -n $p ]] || continue
-    if kc -n edgelink-system logs "$p" -c edgelinkd | grep -q 'took over'; then took=$((took + 1)); fi
-    note "$n: $p runs $img, log: $(kc -n edgelink-system logs "$p" -c edgelinkd | grep -m 1 -o 'took over.*' || echo 'no take-over')"
+    # the whole log first: `logs | grep -q` fails under pipefail when grep
+    # stops reading early (kubectl gets SIGPIPE)
+    log=$(kc -n edgelink-system logs "$p" -c edgelinkd) || log=""
+    line=$(grep -m 1 -o 'took over.*' <<<"$log") || line="no take-over"
+    [[ $line == "took over"* ]] && took=$((took + 1))
+    note "$n: $p runs $img, log: $line"
   done <<<"$pods"
   note "surge rollout to $tag: $(((t1 - t0) / 1000000)) ms; $(tail -n 1 "$out")"
   note "surge (8c): $(load_figures "$out")"
