@@ -5,6 +5,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=scripts/kube-lab/common.sh
 . "$HERE/common.sh"
+# shellcheck source=scripts/kube-lab/multus-thin.sh
+. "$HERE/multus-thin.sh"
 
 [[ $(id -u) == 0 ]] || die "run as root"
 T0=$SECONDS
@@ -145,9 +147,6 @@ CNIBIN=$ROOTS/opt/cni/bin
 for f in /usr/lib/cni/*; do
   [[ -e $CNIBIN/$(basename "$f") ]] || cp "$f" "$CNIBIN/"
 done
-if ! cmp -s "$MULTUS_DIR/multus" "$CNIBIN/multus"; then
-  cp "$MULTUS_DIR/multus" "$CNIBIN/multus.tmp" && mv "$CNIBIN/multus.tmp" "$CNIBIN/multus"
-fi
 NETD=$ROOTS/etc-cni/net.d
 cat >"$NETD/10-bridge.conflist" <<JSON
 {
@@ -162,21 +161,7 @@ cat >"$NETD/10-bridge.conflist" <<JSON
   ]
 }
 JSON
-cp "$RUN/kube/multus.kubeconfig" "$NETD/multus.d/multus.kubeconfig"
-cat >"$NETD/00-multus.conf" <<JSON
-{
-  "cniVersion": "0.3.1",
-  "name": "multus-cni-network",
-  "type": "multus",
-  "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
-  "clusterNetwork": "/etc/cni/net.d/10-bridge.conflist",
-  "confDir": "/etc/cni/net.d",
-  "binDir": "/opt/cni/bin",
-  "cniDir": "/var/lib/cni/multus",
-  "logFile": "/var/log/multus.log",
-  "logLevel": "verbose"
-}
-JSON
+multus_thin_node "$ROOTS" 10-bridge.conflist
 
 # --- 8. containerd ------------------------------------------------------------------------------------
 C=$RUN/containerd
@@ -248,31 +233,7 @@ node_ready() { [[ $(kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.typ
 wait_for "node $NODE Ready" 90 node_ready
 
 # --- 10. Multus: the NAD CRD and its permissions ---------------------------------------------------------
-kc apply -f "$MULTUS_DIR/nad-crd.yaml" >/dev/null
-kc apply -f - >/dev/null <<'YAML'
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: kube-lab-multus}
-rules:
-- apiGroups: ["k8s.cni.cncf.io"]
-  resources: ["*"]
-  verbs: ["*"]
-- apiGroups: [""]
-  resources: ["pods", "pods/status"]
-  verbs: ["get", "list", "watch", "update", "patch"]
-- apiGroups: ["", "events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch", "update"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: kube-lab-multus}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-lab-multus}
-subjects:
-- {kind: User, name: multus, apiGroup: rbac.authorization.k8s.io}
-YAML
-wait_for "NAD CRD established" 30 kc wait --for condition=established --timeout 5s \
-  crd/network-attachment-definitions.k8s.cni.cncf.io
+multus_thin_api
 
 # --- 11. the device: TCP echo 8080, UDP echo 5000, HTTP 80 on $DEVICE_IP ---------------------------------
 dev_start() {

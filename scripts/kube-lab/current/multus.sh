@@ -11,7 +11,8 @@
 # - thin (Multus 3's way, still shipped by v4): the `multus` binary in each
 #   node's /opt/cni/bin, called by containerd itself, with a 00-multus.conf
 #   and a kubeconfig of its own (user multus) on each node; the NAD CRD
-#   and that user's permissions from up.sh.
+#   and that user's permissions (scripts/kube-lab/multus-thin.sh, shared
+#   with the 1.20 profile).
 
 multus_up() {
   if [[ $MULTUS == thick ]]; then multus_thick_up; else multus_thin_up; fi
@@ -39,51 +40,7 @@ multus_thick_up() {
 }
 
 multus_thin_up() {
-  local n r
-  kc apply -f "$MULTUS_DIR/nad-crd.yaml" >/dev/null
-  kc apply -f - >/dev/null <<'YAML'
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: kube-lab-multus}
-rules:
-- apiGroups: ["k8s.cni.cncf.io"]
-  resources: ["*"]
-  verbs: ["*"]
-- apiGroups: [""]
-  resources: ["pods", "pods/status"]
-  verbs: ["get", "list", "watch", "update", "patch"]
-- apiGroups: ["", "events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch", "update"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: kube-lab-multus}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-lab-multus}
-subjects:
-- {kind: User, name: multus, apiGroup: rbac.authorization.k8s.io}
-YAML
-  wait_for "NAD CRD established" 30 kc wait --for condition=established --timeout 5s \
-    crd/network-attachment-definitions.k8s.cni.cncf.io
-  for n in "${NODES[@]}"; do
-    r=$(node_dir "$n")/roots
-    cp "$MULTUS_DIR/multus" "$r/opt/cni/bin/multus.tmp" && mv "$r/opt/cni/bin/multus.tmp" "$r/opt/cni/bin/multus"
-    mkdir -p "$r/etc-cni/net.d/multus.d"
-    cp "$RUN/kube/multus.kubeconfig" "$r/etc-cni/net.d/multus.d/multus.kubeconfig"
-    cat >"$r/etc-cni/net.d/00-multus.conf.tmp" <<JSON
-{
-  "cniVersion": "0.3.1",
-  "name": "multus-cni-network",
-  "type": "multus",
-  "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
-  "clusterNetwork": "/etc/cni/net.d/10-pods.conflist",
-  "confDir": "/etc/cni/net.d",
-  "binDir": "/opt/cni/bin",
-  "cniDir": "/var/lib/cni/multus",
-  "logFile": "/var/log/multus.log",
-  "logLevel": "verbose"
-}
-JSON
-    mv "$r/etc-cni/net.d/00-multus.conf.tmp" "$r/etc-cni/net.d/00-multus.conf"
-  done
+  local n
+  multus_thin_api
+  for n in "${NODES[@]}"; do multus_thin_node "$(node_dir "$n")/roots" 10-pods.conflist; done
 }

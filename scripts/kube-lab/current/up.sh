@@ -13,6 +13,8 @@ REPO=$(cd "$KL/../.." && pwd)
 . "$HERE/topology.sh"
 # shellcheck source=scripts/kube-lab/current/node.sh
 . "$HERE/node.sh"
+# shellcheck source=scripts/kube-lab/multus-thin.sh
+. "$KL/multus-thin.sh"
 # shellcheck source=scripts/kube-lab/current/multus.sh
 . "$HERE/multus.sh"
 # shellcheck source=scripts/kube-lab/current/edgelink.sh
