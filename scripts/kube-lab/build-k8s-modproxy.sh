@@ -14,17 +14,10 @@ set -euo pipefail
 # shellcheck source=scripts/kube-lab/common.sh
 . "$(dirname "$0")/common.sh"
 
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.build-k8s.lock"
-flock 9
-
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+# One build at a time; nothing to do when the cache holds it.
+k8s_build_begin
+COMPONENTS=("${K8S_COMPONENTS[@]}")
 key=$(k8s_key)
-if stamp_ok "$BIN/.stamp-k8s" "$key"; then
-  ok=1
-  for c in "${COMPONENTS[@]}"; do [[ -x $BIN/$c ]] || ok=0; done
-  if ((ok)); then log "kubernetes $K8S_VERSION: cached in $BIN"; exit 0; fi
-fi
 command -v go >/dev/null || die "no Go (this profile needs Go >= 1.26 and the Go module proxy)"
 want=$(go_wanted)
 have=$(go env GOVERSION)

@@ -5,18 +5,10 @@ set -euo pipefail
 # shellcheck source=scripts/kube-lab/common.sh
 . "$(dirname "$0")/common.sh"
 
-# One build at a time: a second caller waits for the first.
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.build-k8s.lock"
-flock 9
-
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+# One build at a time; nothing to do when the cache holds it.
+k8s_build_begin
+COMPONENTS=("${K8S_COMPONENTS[@]}")
 key=$(k8s_key)
-if stamp_ok "$BIN/.stamp-k8s" "$key"; then
-  ok=1
-  for c in "${COMPONENTS[@]}"; do [[ -x $BIN/$c ]] || ok=0; done
-  if ((ok)); then log "kubernetes $K8S_VERSION: cached in $BIN"; exit 0; fi
-fi
 
 command -v go >/dev/null || die "no Go: apt-get install golang-go (Debian bookworm gives 1.19)"
 go version | grep -q 'go1\.19' || die "need Go 1.19 (Debian bookworm golang-go), have: $(go version)"

@@ -85,6 +85,22 @@ k8s_key() {
     echo "k8s $K8S_VERSION modproxy $STAGING_VERSION $(go version 2>/dev/null || echo nogo)"
   fi
 }
+# The Kubernetes commands a profile builds into $BIN.
+K8S_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+# k8s_build_begin: for build-k8s.sh and build-k8s-modproxy.sh: one build at
+# a time (a second caller waits for the first, fd 9 holds the lock until
+# the script ends); exit 0 when the cache holds every command with the
+# stamp of k8s_key.
+k8s_build_begin() {
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/.build-k8s.lock"
+  flock 9
+  stamp_ok "$BIN/.stamp-k8s" "$(k8s_key)" || return 0
+  local c
+  for c in "${K8S_COMPONENTS[@]}"; do [[ -x $BIN/$c ]] || return 0; done
+  log "kubernetes $K8S_VERSION: cached in $BIN"
+  exit 0
+}
 # The Go a profile built from the module proxy needs at least.
 go_wanted() { echo "${K8S_GO:?only the module-proxy profiles name a Go}"; }
 multus_key() { echo "multus $MULTUS_VERSION $(go version 2>/dev/null || echo nogo)"; }
