@@ -111,6 +111,19 @@ fn until_banner(l: &DLab, want: &str, within: Duration) -> Vec<String> {
     }
 }
 
+/// ADD, then service A at the client's address: the device reaches it
+/// through the name (bounded); the cluster's record and the `resolved` of
+/// the forward `mqtt` then.
+fn add_and_reach_a(l: &mut DLab) -> (Arc<Cluster>, Value) {
+    l.add();
+    l.wait_serving();
+    let cluster = Arc::new(Cluster::default());
+    tcp_service(l, addr(CLIENT_IP, MQTT), "A", cluster.clone());
+    until_banner(l, "A", Duration::from_secs(15));
+    let r = l.forward("mqtt")["resolved"].clone();
+    (cluster, r)
+}
+
 fn name_lab(target: &str, edit: impl FnOnce(&mut Value)) -> DLab {
     reverse_lab(
         json!([{"name": "mqtt", "protocol": "tcp", "port": MQTT, "target": target,
@@ -212,12 +225,7 @@ fn without_the_pods_file_or_dns_the_daemons_cluster_resolver_serves_the_pods_nam
     // The short name: only the pod's namespace's search list finds it.
     l.conf["reverse"] = json!([{"name": "mqtt", "protocol": "tcp", "port": MQTT, "target": format!("mqtt:{MQTT}"),
                 "connectTimeoutMs": 1000}]);
-    l.add();
-    l.wait_serving();
-    let cluster = Arc::new(Cluster::default());
-    tcp_service(&l, addr(CLIENT_IP, MQTT), "A", cluster.clone());
-    until_banner(&l, "A", Duration::from_secs(15));
-    let r = l.forward("mqtt")["resolved"].clone();
+    let (_, r) = add_and_reach_a(&mut l);
     assert_eq!(
         r["resolver"], "the cluster DNS, as a ClusterFirst pod of namespace hil has it",
         "{r:#}"
@@ -242,12 +250,7 @@ fn the_runtimes_dns_is_used_when_the_pod_has_no_resolv_conf_and_loops_are_refuse
         json!({"dns": {"nameservers": [DNS_IP], "search": ["svc.cluster.local"]}});
     l.conf["reverse"] = json!([{"name": "mqtt", "protocol": "tcp", "port": MQTT, "target": format!("{NAME}:{MQTT}"),
                 "connectTimeoutMs": 1000}]);
-    l.add();
-    l.wait_serving();
-    let cluster = Arc::new(Cluster::default());
-    tcp_service(&l, addr(CLIENT_IP, MQTT), "A", cluster.clone());
-    until_banner(&l, "A", Duration::from_secs(15));
-    let r = l.forward("mqtt")["resolved"].clone();
+    let (cluster, r) = add_and_reach_a(&mut l);
     assert_eq!(r["resolver"], "the runtime's dns", "{r:#}");
 
     // The name now leads into the segment: a loop, never used. Devices are
