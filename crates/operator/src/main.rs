@@ -153,6 +153,12 @@ struct RunArgs {
     /// turns Unknown. Keep it above 2 x edgelinkd's --status-webhook-interval.
     #[arg(long, default_value = "35", value_parser = secs)]
     report_stale_after: Duration,
+    /// A node whose edgelinkd sends heartbeats (--status-webhook-heartbeat)
+    /// and has not been heard for this long is lost (seconds): its proxy
+    /// pods' readiness gates and Ready turn False, so they leave their
+    /// Services' endpoints. A node that sends none: --report-stale-after.
+    #[arg(long, default_value = "3", value_parser = secs)]
+    node_lost_after: Duration,
     /// The cluster's DNS domain: a headless Service a Device's reverse
     /// entry names is rendered as <name>.<namespace>.svc.<this>.
     #[arg(long, env = "EDGELINK_CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = domain_arg)]
@@ -215,8 +221,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     preflight(&client).await?;
 
     let metrics = Arc::new(Metrics::new());
-    let (reports, triggers) = Reports::new();
+    let (reports, triggers) = Reports::new(args.node_lost_after, args.report_stale_after);
     let reports = Arc::new(reports);
+    tokio::spawn(run::reports::watchdog(reports.clone()));
     let (namespace, service_account) = args
         .webhook_service_account
         .split_once(':')
@@ -287,6 +294,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         stale_after: args.report_stale_after,
         started: Instant::now(),
         cluster_domain: args.cluster_domain.clone(),
+        recorder: kube::runtime::events::Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "edgelink-operator".into(),
+                instance: Some(identity.clone()),
+            },
+        ),
     });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run::controller::run(

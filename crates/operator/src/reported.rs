@@ -26,6 +26,32 @@ pub struct ReportAttachment {
     pub error: Option<String>,
     pub interface: ReportInterface,
     pub forwards: Vec<ReportForward>,
+    /// The device health probe's state (edgelinkd with health probes, and
+    /// a NAD with `health`); absent from older edgelinkd.
+    pub health: Option<ReportHealth>,
+}
+
+/// The attachment's device health, as edgelinkd probes it from the pod's
+/// network namespace.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportHealth {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub target: String,
+    /// `reachable`, `unreachable` or `unknown` (not probed enough yet).
+    pub state: String,
+    /// Unix seconds of the last transition.
+    pub since: u64,
+    /// Unix seconds of the last successful probe.
+    pub last_seen: Option<u64>,
+    pub checked_at: u64,
+    pub latency_ms: Option<f64>,
+    /// The last failed probe's error.
+    pub error: Option<String>,
+    pub probes_total: u64,
+    pub failures_total: u64,
+    pub skipped_total: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

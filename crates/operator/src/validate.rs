@@ -13,8 +13,9 @@
 //! here (1.20 to 1.30 take crds-1.20.yaml, without the rules).
 
 use crate::crd::{
-    Device, DevicePort, EdgeNetwork, ForwardPath, Mode, Protocol, MAX_CONNECTIONS,
-    MAX_CONNECT_RETRIES, MAX_QUEUE_TIMEOUT_MS,
+    Device, DeviceHealth, DevicePort, EdgeNetwork, ForwardPath, Mode, ProbeType, Protocol,
+    DEFAULT_INTERVAL_SECONDS, DEFAULT_TIMEOUT_SECONDS, MAX_CONNECTIONS, MAX_CONNECT_RETRIES,
+    MAX_NODES, MAX_QUEUE_TIMEOUT_MS,
 };
 use ipnetwork::IpNetwork;
 use std::collections::BTreeMap;
@@ -55,13 +56,9 @@ pub fn device(d: &Device) -> Result<(), Invalid> {
              (a-z first, then a-z, 0-9 and -, not ending in -) of at most 61 characters"
         ));
     }
-    match (&d.spec.node_name, &d.spec.node_selector) {
-        (Some(_), Some(_)) => p.push("spec: give nodeName or nodeSelector, not both".into()),
-        (None, None) => p.push("spec: nodeName or nodeSelector is required".into()),
-        (None, Some(sel)) if sel.is_empty() => {
-            p.push("spec.nodeSelector: is empty: it would select every node".into())
-        }
-        _ => {}
+    nodes(d, &mut p);
+    if let Some(h) = &d.spec.health {
+        health(d, h, &mut p);
     }
     match d.spec.address.parse::<IpAddr>() {
         Err(_) => p.push(format!("spec.address: {:?} is not an IP address", d.spec.address)),
@@ -107,6 +104,77 @@ pub fn device(d: &Device) -> Result<(), Invalid> {
     }
     crate::reverse::check_spec(d, &mut p);
     finish(p)
+}
+
+/// Exactly one of nodeName, nodes and nodeSelector; nodes unique, 16 at most.
+fn nodes(d: &Device, p: &mut Vec<String>) {
+    let s = &d.spec;
+    let given = [
+        s.node_name.is_some(),
+        !s.nodes.is_empty(),
+        s.node_selector.is_some(),
+    ];
+    match given.iter().filter(|g| **g).count() {
+        0 => p.push("spec: one of nodeName, nodes and nodeSelector is required".into()),
+        1 => {}
+        _ => p.push("spec: give only one of nodeName, nodes and nodeSelector".into()),
+    }
+    if s.node_selector.as_ref().is_some_and(|sel| sel.is_empty()) {
+        p.push("spec.nodeSelector: is empty: it would select every node".into())
+    }
+    if s.nodes.len() > MAX_NODES as usize {
+        p.push(format!(
+            "spec.nodes: {} nodes, at most {MAX_NODES}",
+            s.nodes.len()
+        ));
+    }
+    for (i, n) in s.nodes.iter().enumerate() {
+        if n.is_empty() {
+            p.push(format!("spec.nodes[{i}]: is empty"));
+        } else if let Some(j) = s.nodes[..i].iter().position(|m| m == n) {
+            p.push(format!("spec.nodes[{i}]: {n:?} is also spec.nodes[{j}]"));
+        }
+    }
+}
+
+/// The health probe: each key on a probe type that takes it, a port to
+/// probe (given, or a port of the probe's protocol), udp's payload, a
+/// timeout within the interval.
+fn health(d: &Device, h: &DeviceHealth, p: &mut Vec<String>) {
+    let t = h.type_.unwrap_or_default();
+    for k in h.foreign_keys(t) {
+        p.push(format!(
+            "spec.health.{k}: is not a key of probe type {}",
+            t.as_str()
+        ));
+    }
+    if t == ProbeType::Udp && h.payload.is_none() {
+        p.push("spec.health.payload: is required with probe type udp (the datagram sent)".into());
+    }
+    if t == ProbeType::Udp
+        && h.port.is_none()
+        && !d.spec.ports.iter().any(|x| x.protocol == Protocol::Udp)
+    {
+        p.push(
+            "spec.health.port: is required: probe type udp and the Device has no UDP port".into(),
+        );
+    }
+    if matches!(t, ProbeType::Tcp | ProbeType::Http)
+        && h.port.is_none()
+        && !d.spec.ports.iter().any(|x| x.protocol == Protocol::Tcp)
+    {
+        p.push(format!(
+            "spec.health.port: is required: probe type {} and the Device has no TCP port",
+            t.as_str()
+        ));
+    }
+    let interval = h.interval_seconds.unwrap_or(DEFAULT_INTERVAL_SECONDS);
+    let timeout = h.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    if timeout > interval {
+        p.push(format!(
+            "spec.health.timeoutSeconds: {timeout} is longer than intervalSeconds ({interval})"
+        ));
+    }
 }
 
 /// The relay's TCP keys of one port: in range, on a TCP port, and not on
@@ -361,175 +429,4 @@ pub fn reverse_placement(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::crd::{MacvlanMode, ProxyProtocol};
-
-    fn problems(r: Result<(), Invalid>) -> String {
-        r.err().map(|e| e.to_string()).unwrap_or_default()
-    }
-
-    #[test]
-    fn the_examples_are_valid() {
-        assert_eq!(device(&crate::fixtures::device()), Ok(()));
-        assert_eq!(network(&crate::fixtures::network()), Ok(()));
-        assert_eq!(
-            placement(
-                &crate::fixtures::device(),
-                &crate::fixtures::network(),
-                "kedge1"
-            ),
-            Ok(())
-        );
-    }
-
-    #[test]
-    fn a_device_name_that_cannot_name_a_service_is_refused() {
-        for bad in ["1device", "Device", "a".repeat(62).as_str()] {
-            let mut d = crate::fixtures::device();
-            d.metadata.name = Some(bad.to_string());
-            assert!(problems(device(&d)).contains("DNS-1035"), "{bad}");
-        }
-    }
-
-    #[test]
-    fn duplicate_ports_and_bad_addresses_are_named() {
-        let mut d = crate::fixtures::device();
-        d.spec.ports.push(DevicePort {
-            name: "api2".into(),
-            protocol: Protocol::Tcp,
-            port: 8080,
-            target_port: None,
-            app_protocol: None,
-            connect_timeout_ms: None,
-            max_connections: None,
-            queue_timeout_ms: None,
-            connect_retries: None,
-            proxy_protocol: None,
-            path: None,
-        });
-        d.spec.address = "224.0.0.1".into();
-        let p = problems(device(&d));
-        assert!(
-            p.contains("spec.ports[3]: 8080/tcp is used by spec.ports[0] (api)"),
-            "{p}"
-        );
-        assert!(p.contains("224.0.0.1 is not a unicast address"), "{p}");
-        d.spec.node_selector = Some([("a".to_string(), "b".to_string())].into());
-        assert!(problems(device(&d)).contains("not both"));
-    }
-
-    #[test]
-    fn the_relay_keys_are_valid_on_a_relayed_tcp_port() {
-        let mut d = crate::fixtures::device();
-        let api = &mut d.spec.ports[0];
-        api.max_connections = Some(MAX_CONNECTIONS);
-        api.queue_timeout_ms = Some(MAX_QUEUE_TIMEOUT_MS);
-        api.connect_retries = Some(0);
-        api.proxy_protocol = Some(ProxyProtocol::V2);
-        api.path = Some(ForwardPath::Relay);
-        d.spec.ports[1].path = Some(ForwardPath::Kernel);
-        d.spec.ports[2].path = Some(ForwardPath::Kernel);
-        assert_eq!(device(&d), Ok(()));
-    }
-
-    #[test]
-    fn the_relay_keys_are_refused_on_the_kernel_path_and_on_udp() {
-        let mut d = crate::fixtures::device();
-        let api = &mut d.spec.ports[0];
-        api.path = Some(ForwardPath::Kernel);
-        api.max_connections = Some(10);
-        api.proxy_protocol = Some(ProxyProtocol::V1);
-        let telemetry = &mut d.spec.ports[1];
-        telemetry.proxy_protocol = Some(ProxyProtocol::V2);
-        telemetry.queue_timeout_ms = Some(1000);
-        telemetry.connect_retries = Some(3);
-        let p = problems(device(&d));
-        for want in [
-            "spec.ports[0].maxConnections: needs the relay: it cannot be set with path kernel (api)",
-            "spec.ports[0].proxyProtocol: needs the relay: it cannot be set with path kernel (api)",
-            "spec.ports[1].proxyProtocol: is only valid with protocol tcp (telemetry is udp)",
-            "spec.ports[1].queueTimeoutMs: is only valid with protocol tcp (telemetry is udp)",
-            "spec.ports[1].connectRetries: is only valid with protocol tcp (telemetry is udp)",
-        ] {
-            assert!(p.contains(want), "{want}\n in {p}");
-        }
-        assert_eq!(p.matches("spec.ports").count(), 5, "{p}");
-        // Out of the plugin's ranges (the schema says so too).
-        let mut d = crate::fixtures::device();
-        d.spec.ports[0].max_connections = Some(0);
-        d.spec.ports[0].queue_timeout_ms = Some(MAX_QUEUE_TIMEOUT_MS + 1);
-        d.spec.ports[0].connect_retries = Some(11);
-        let p = problems(device(&d));
-        assert!(
-            p.contains("spec.ports[0].maxConnections: 0 is not in 1..1000000"),
-            "{p}"
-        );
-        assert!(
-            p.contains("spec.ports[0].queueTimeoutMs: 600001 is not in 1..600000"),
-            "{p}"
-        );
-        assert!(
-            p.contains("spec.ports[0].connectRetries: 11 is not in 0..10"),
-            "{p}"
-        );
-    }
-
-    #[test]
-    fn network_rules_of_the_plugin_are_checked() {
-        let mut n = crate::fixtures::network();
-        n.spec.mode = crate::crd::Mode::Macvlan;
-        n.spec.uplink = None;
-        n.spec.ipam.ranges[0].range_start = Some("172.17.17.1".into());
-        n.spec.ipam.ranges[1].node = "kedge1".into();
-        let p = problems(network(&n));
-        assert!(
-            p.contains("spec.uplink: is required with mode macvlan"),
-            "{p}"
-        );
-        assert!(
-            p.contains("spec.bridge: is only valid with mode bridge"),
-            "{p}"
-        );
-        assert!(
-            p.contains("rangeStart: 172.17.17.1 is outside the subnet 172.17.16.0/24"),
-            "{p}"
-        );
-        let mut n = crate::fixtures::network();
-        n.spec.macvlan_mode = Some(MacvlanMode::Vepa);
-        n.spec.ipam.ranges[1].node = "kedge1".into();
-        n.spec.ipam.ranges[1].range_start = Some("172.17.16.220".into());
-        let p = problems(network(&n));
-        assert!(
-            p.contains("macvlanMode: is only valid with mode macvlan"),
-            "{p}"
-        );
-        assert!(
-            p.contains("spec.ipam.ranges[1]: overlaps spec.ipam.ranges[0] on node kedge1"),
-            "{p}"
-        );
-    }
-
-    #[test]
-    fn placement_needs_a_range_on_the_node_and_an_allowed_address_outside_it() {
-        let (d, n) = (crate::fixtures::device(), crate::fixtures::network());
-        assert!(problems(placement(&d, &n, "kworker1")).contains("has no range for node kworker1"));
-        let mut d2 = d.clone();
-        d2.spec.address = "172.17.16.210".into();
-        let p = problems(placement(&d2, &n, "kedge1"));
-        assert!(
-            p.contains("outside EdgeNetwork plant-floor's allowed targets"),
-            "{p}"
-        );
-        let mut n2 = n.clone();
-        n2.spec.allowed_targets.clear();
-        let p = problems(placement(&d2, &n2, "kedge1"));
-        assert!(
-            p.contains("inside the range 172.17.16.200-172.17.16.224"),
-            "{p}"
-        );
-        let mut d3 = d.clone();
-        d3.spec.address = "fd00::1".into();
-        assert!(problems(placement(&d3, &n, "kedge1")).contains("no IPv6 address"));
-    }
-}
+mod tests;

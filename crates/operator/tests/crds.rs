@@ -79,7 +79,7 @@ fn the_device_schema_carries_the_plugins_rules() {
     );
     assert_eq!(
         spec["oneOf"],
-        serde_json::json!([{"required": ["nodeName"]}, {"required": ["nodeSelector"]}])
+        serde_json::json!([{"required": ["nodeName"]}, {"required": ["nodes"]}, {"required": ["nodeSelector"]}])
     );
     assert_eq!(
         spec["properties"]["ports"]["x-kubernetes-list-map-keys"],
@@ -129,7 +129,15 @@ fn the_device_schema_carries_the_plugins_rules() {
         .collect();
     assert_eq!(
         cols,
-        ["NODE", "ADDRESS", "PORTS", "READY", "REACHABLE", "AGE"]
+        [
+            "READY",
+            "REACHABLE",
+            "NODES",
+            "LAST-SEEN",
+            "ADDRESS",
+            "PORTS",
+            "AGE"
+        ]
     );
 }
 

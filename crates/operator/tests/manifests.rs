@@ -115,6 +115,18 @@ fn the_operator_may_review_tokens_and_read_pods() {
     };
     assert!(allows("authentication.k8s.io", "tokenreviews", "create"));
     assert!(allows("", "pods", "get"));
+    // The readiness gates, a lost node's pods, the Events.
+    assert!(allows("", "pods/status", "patch"));
+    assert!(allows("events.k8s.io", "events", "create"));
+    // The one delete: a StatefulSet of a node the Device left.
+    let deletes: Vec<String> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verbs"].as_array().unwrap().iter().any(|v| v == "delete"))
+        .map(|r| r["resources"].to_string())
+        .collect();
+    assert_eq!(deletes, [r#"["statefulsets"]"#]);
 }
 
 #[test]

@@ -317,3 +317,51 @@ pub(super) fn strip(v: &mut serde_json::Value) {
 
 #[cfg(test)]
 mod tests;
+
+/// Device.spec.health: each key with the probe types that take it,
+/// udp's payload, a timeout within the interval (`validate::health`).
+pub(super) fn health(s: &mut Schema) {
+    let ty = "(has(self.type) ? self.type : 'tcp')";
+    let keys: [(&str, &str); 6] = [
+        ("port", "tcp, http, udp or modbus"),
+        ("path", "http"),
+        ("expectStatus", "http"),
+        ("payload", "udp"),
+        ("unitId", "modbus"),
+        ("register", "modbus"),
+    ];
+    let takes = |key: &str| match key {
+        "port" => format!("{ty} != 'icmp'"),
+        "path" | "expectStatus" => format!("{ty} == 'http'"),
+        "payload" => format!("{ty} == 'udp'"),
+        _ => format!("{ty} == 'modbus'"),
+    };
+    add(
+        s,
+        keys.map(|(key, types)| {
+            on(
+                key,
+                &format!("!has(self.{key}) || {}", takes(key)),
+                Reason::FieldValueForbidden,
+                format!("is for probe type {types} only").as_str().into(),
+            )
+        }),
+    );
+    add(
+        s,
+        [
+            on(
+                "payload",
+                &format!("{ty} != 'udp' || has(self.payload)"),
+                Reason::FieldValueRequired,
+                "is required with probe type udp (the datagram sent)".into(),
+            ),
+            on(
+                "timeoutSeconds",
+                "!has(self.timeoutSeconds) || self.timeoutSeconds <= (has(self.intervalSeconds) ? self.intervalSeconds : 2)",
+                Reason::FieldValueInvalid,
+                "is longer than intervalSeconds (default 2)".into(),
+            ),
+        ],
+    );
+}

@@ -13,15 +13,21 @@
 //! CRDs without the rules, only structural schemas with `pattern`,
 //! `format`, `minimum`/`maximum`, `enum`, `oneOf` and list maps.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 mod cel;
+mod health;
 mod reverse;
+mod status;
+pub use health::{
+    DeviceHealth, ProbeType, DEFAULT_FAILURE_THRESHOLD, DEFAULT_INTERVAL_SECONDS,
+    DEFAULT_SUCCESS_THRESHOLD, DEFAULT_TIMEOUT_SECONDS,
+};
 pub use reverse::{DeviceReverse, ReverseStatus, ServiceRef, MAX_IDLE_TIMEOUT_MS};
+pub use status::{DeviceStatus, NodeStatus, PortStatus};
 
 /// IPv4 or IPv6 CIDR (`format: cidr` is validated by the apiserver too).
 pub const CIDR_PATTERN: &str = r"^[0-9a-fA-F:.]+/[0-9]{1,3}$";
@@ -103,10 +109,28 @@ pub(crate) fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
     validation = cel::device_name(),
     validation = cel::reverse_not_self(),
     printcolumn(
-        name = "Node",
+        name = "Ready",
         type_ = "string",
-        json_path = ".status.node",
-        description = "the edge node of the proxy pod"
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "the Service has a ready proxy whose forwards all listen"
+    ),
+    printcolumn(
+        name = "Reachable",
+        type_ = "string",
+        json_path = ".status.reachableNodes",
+        description = "nodes that reach the device, of the Device's nodes"
+    ),
+    printcolumn(
+        name = "Nodes",
+        type_ = "string",
+        json_path = ".status.nodeList",
+        description = "the edge nodes of the proxy pods"
+    ),
+    printcolumn(
+        name = "Last-Seen",
+        type_ = "date",
+        json_path = ".status.lastSeen",
+        description = "the latest successful probe of the device"
     ),
     printcolumn(
         name = "Address",
@@ -121,36 +145,34 @@ pub(crate) fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
         description = "port/protocol of each port"
     ),
     printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "the Service has a ready proxy whose forwards all listen"
-    ),
-    printcolumn(
-        name = "Reachable",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"DeviceReachable\")].status",
-        description = "edgelinkd on the node reaches the device"
-    ),
-    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("oneOf" = [{"required": ["nodeName"]}, {"required": ["nodeSelector"]}]))]
+#[schemars(extend("oneOf" = [{"required": ["nodeName"]}, {"required": ["nodes"]}, {"required": ["nodeSelector"]}]))]
 #[schemars(transform = cel::device_spec)]
 pub struct DeviceSpec {
     /// The edge node cabled to the device's segment. Exactly one of
-    /// nodeName and nodeSelector.
+    /// nodeName, nodes and nodeSelector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub node_name: Option<String>,
-    /// Labels that select exactly one node (the controller reports
-    /// NodeSelectorAmbiguous or NoNodeSelected otherwise).
+    /// The edge nodes cabled to the device's segment: one proxy pod on
+    /// each, all behind the Device's Service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = MAX_NODES), extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(inner(length(min = 1, max = 253)))]
+    pub nodes: Vec<String>,
+    /// Labels that select the Device's nodes (at most 16; the controller
+    /// reports NoNodeSelected when none is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
+    /// How edgelinkd on each node probes the device; a node whose probes
+    /// fail leaves the Service's endpoints until they pass again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<DeviceHealth>,
     /// The device's address on the segment; the proxy pod may reach only it.
     #[schemars(schema_with = "ip_schema", transform = cel::unicast)]
     pub address: String,
@@ -276,6 +298,8 @@ pub struct DevicePort {
     pub path: Option<ForwardPath>,
 }
 
+/// Nodes of one Device at most (`nodes`, or what `nodeSelector` selects).
+pub const MAX_NODES: u32 = 16;
 /// `ports[].maxConnections` at most, as the plugin's.
 pub const MAX_CONNECTIONS: u32 = 1_000_000;
 /// `ports[].queueTimeoutMs` at most, as the plugin's: ten minutes.
@@ -320,61 +344,6 @@ impl DevicePort {
     pub fn target_port(&self) -> u32 {
         self.target_port.unwrap_or(self.port)
     }
-}
-
-/// What the operator made and what edgelinkd on the node reports.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DeviceStatus {
-    /// `Reconciled`, `Ready`, `DeviceReachable`.
-    #[serde(default)]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// The node the proxy pod is on (or is meant for, before it runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    /// The proxy pod.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<String>,
-    /// The proxy pod's address on the segment (net1): what the device sees.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub segment_address: Option<String>,
-    /// `8080/tcp,5000/udp`: the ports column.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port_list: Option<String>,
-    /// Per port, from edgelinkd's last report.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<PortStatus>,
-    /// Per reverse entry: the target rendered into the NAD and, from
-    /// edgelinkd's last report, its listener and counters.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reverse: Vec<ReverseStatus>,
-    /// When edgelinkd on the node last reported (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reported_at: Option<String>,
-}
-
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PortStatus {
-    pub name: String,
-    pub protocol: String,
-    pub port: u32,
-    /// edgelinkd's listener in the proxy pod: listening, starting, failed, refused, stopped.
-    pub listener: String,
-    pub listening: bool,
-    /// `True`, `False` or `Unknown`: the last connect (TCP) or reply (UDP).
-    pub reachable: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reachability_error: Option<String>,
-    pub active_connections: u64,
-    pub total_connections: u64,
-    pub bytes_to_device: u64,
-    pub bytes_from_device: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
 }
 
 /// A private segment behind edge nodes: the plugin settings every Device on

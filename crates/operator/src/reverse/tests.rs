@@ -73,7 +73,7 @@ fn a_missing_service_or_port_leaves_the_entry_out_and_says_why() {
             "reverse mqtt: Service hil/mqtt does not exist"
         )
     );
-    let c = cni_config(&d, &network(), "kedge1", &r);
+    let c = cni_config(&d, &network(), &["kedge1".to_string()], &r);
     let names: Vec<_> = c["reverse"]
         .as_array()
         .unwrap()
@@ -156,7 +156,7 @@ fn the_nad_gets_the_reverse_list_as_the_plugin_spells_it() {
     let r = render(
         &d,
         &network(),
-        "kedge1",
+        &["kedge1".to_string()],
         &ProxyPodSettings::default(),
         &resolved,
     );
@@ -178,12 +178,12 @@ fn the_nad_gets_the_reverse_list_as_the_plugin_spells_it() {
     assert_eq!(c["allowedTargets"], json!(["172.17.16.120/32"]));
     d.spec.allow_foreign_sources = Some(true);
     assert_eq!(
-        cni_config(&d, &network(), "kedge1", &resolved)["allowForeignSources"],
+        cni_config(&d, &network(), &["kedge1".to_string()], &resolved)["allowForeignSources"],
         true
     );
     // A Device without reverse entries keeps its config as it was (no
     // key at all), so an upgraded operator replaces no proxy pod.
-    let plain = cni_config(&device(), &network(), "kedge1", &[]);
+    let plain = cni_config(&device(), &network(), &["kedge1".to_string()], &[]);
     assert!(plain.get("reverse").is_none() && plain.get("allowForeignSources").is_none());
     // A changed ClusterIP changes the config, and so replaces the pod.
     let mut s = services();
@@ -196,7 +196,7 @@ fn the_nad_gets_the_reverse_list_as_the_plugin_spells_it() {
     let moved = render(
         &d,
         &network(),
-        "kedge1",
+        &["kedge1".to_string()],
         &ProxyPodSettings::default(),
         &resolve(&d, &s, "cluster.local"),
     );
@@ -211,7 +211,7 @@ fn the_devices_service_has_no_reverse_port() {
     let r = render(
         &d,
         &network(),
-        "kedge1",
+        &["kedge1".to_string()],
         &ProxyPodSettings::default(),
         &resolved,
     );

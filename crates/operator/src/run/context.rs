@@ -39,4 +39,6 @@ pub struct Ctx {
     /// The cluster's DNS domain, for a headless Service a reverse entry
     /// names.
     pub cluster_domain: String,
+    /// Events on Devices (a node's reachability changed).
+    pub recorder: kube::runtime::events::Recorder,
 }

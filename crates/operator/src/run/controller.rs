@@ -1,27 +1,34 @@
 //! The Device controller. For each Device:
 //!
-//! 1. check it (`validate`) and find its EdgeNetwork, its node and the
+//! 1. check it (`validate`) and find its EdgeNetwork, its nodes and the
 //!    Services its reverse entries name (steps 1 and 2: `run::make`);
-//! 2. apply its NetworkAttachmentDefinition, StatefulSet and Service
-//!    (server-side apply, field manager `edgelink-operator`, owner
-//!    reference to the Device), unless an object of that name exists that
-//!    this Device does not own: then nothing is applied and the conflict
-//!    is reported;
-//! 3. write its status: conditions `Reconciled`, `Ready`,
+//! 2. apply its NetworkAttachmentDefinition, Service and one StatefulSet
+//!    per node (server-side apply, field manager `edgelink-operator`,
+//!    owner reference to the Device), unless an object of that name
+//!    exists that this Device does not own: then nothing is applied and
+//!    the conflict is reported;
+//! 3. per node, set the proxy pod's readiness gate from the node's device
+//!    health, mark a lost node's pod not Ready, and publish an Event when
+//!    a node's reachability changes (`run::proxies`);
+//! 4. write its status: conditions `Reconciled`, `Ready`,
 //!    `DeviceReachable` (and `ReverseResolved` when it has reverse
-//!    entries), the proxy pod, its node and segment address, and per port
-//!    and reverse entry what the node's edgelinkd last reported.
+//!    entries), per node its proxy pod, segment address and reachability
+//!    (`status.nodes`), and per port and reverse entry what the serving
+//!    node's edgelinkd last reported.
 //!
 //! Deleting a Device deletes its objects through their owner references
 //! (the garbage collector). Every Device is reconciled again each
-//! `--resync`, on any change of it or its objects, of its proxy pod, of
-//! its EdgeNetwork, of a Service its reverse entries name, and when its
-//! node's report changes its proxy's states.
+//! `--resync`, on any change of it or its objects, of its proxy pods, of
+//! its EdgeNetwork, of a Service its reverse entries name, when a node's
+//! report changes its proxy's states, and when a node goes silent or is
+//! heard again.
 
 use crate::run::context::{kube_err, Ctx, Error};
 use crate::run::make::{make, Made};
 use crate::run::metrics::{Outcome, Reason};
+use crate::run::proxies;
 use edgelink_operator::crd::{Device, DeviceStatus, EdgeNetwork, NetworkAttachmentDefinition};
+use edgelink_operator::nodes::{self, NodeDecision};
 use edgelink_operator::render::{self, DEVICE_LABEL, MANAGER};
 use edgelink_operator::report::{self, Verdict};
 use edgelink_operator::reverse::Resolved;
@@ -64,24 +71,6 @@ fn verdict(status: &'static str, reason: &'static str, message: impl Into<String
     }
 }
 
-/// The segment address Multus recorded for net1, when no report says it.
-fn net1_from_annotation(pod: &Pod) -> Option<String> {
-    let s = pod.annotations().get("k8s.v1.cni.cncf.io/network-status")?;
-    let v: serde_json::Value = serde_json::from_str(s).ok()?;
-    v.as_array()?
-        .iter()
-        .find(|n| n["interface"] == render::SEGMENT_IFNAME)?["ips"][0]
-        .as_str()
-        .map(str::to_string)
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 pub async fn reconcile(d: Arc<Device>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let t0 = Instant::now();
     let r = reconcile_inner(&d, &ctx).await;
@@ -120,7 +109,6 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         // The garbage collector deletes what it owns.
         return Ok((Action::await_change(), "deleting"));
     }
-    let name = d.name_any();
     let ns = d.namespace().unwrap_or_default();
     let gen = d.metadata.generation;
     let old = d.status.clone().unwrap_or_default();
@@ -130,120 +118,33 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         ..Default::default()
     };
     let made = make(ctx, d).await?;
-    let (reconciled, outcome, node) = match &made {
-        Ok(Made { node, .. }) => (
-            verdict(
-                "True",
-                "Applied",
-                format!("NetworkAttachmentDefinition, StatefulSet and Service {ns}/{name} applied for node {node}"),
-            ),
-            "ok",
-            Some(node.clone()),
-        ),
-        Err(na) => (verdict("False", na.reason, na.message.clone()), na.outcome, None),
+    let (reconciled, outcome) = reconciled_verdict(&made, &ns);
+    let (proxies, resolved): (&[(String, String)], &[Resolved]) = match &made {
+        Ok(m) => (&m.proxies, &m.reverse),
+        Err(_) => (&[], &[]),
     };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pod_name = render::pod_name(&name);
-    // Our pod only: a pod of that name that is not the StatefulSet's is not
-    // the proxy.
-    let pod = pods
-        .get_opt(&pod_name)
-        .await
-        .map_err(kube_err(format!("get pod {ns}/{pod_name}")))?
-        .filter(|p| p.labels().get(DEVICE_LABEL) == Some(&name));
-    let pod_node = pod
-        .as_ref()
-        .and_then(|p| p.spec.as_ref()?.node_name.clone());
-    status.node = pod_node.clone().or(node.clone());
-    status.pod = pod.as_ref().map(|_| pod_name.clone());
-    status.segment_address = pod.as_ref().and_then(net1_from_annotation);
-    let report_node = pod_node.or(node);
-    let resolved: &[Resolved] = match &made {
-        Ok(m) => &m.reverse,
-        Err(_) => &[],
-    };
-    let health = report_node.as_deref().map(|n| {
-        report::health(
-            d,
-            resolved,
-            n,
-            &pod_name,
-            ctx.reports.get(n).as_ref(),
-            SystemTime::now(),
-            ctx.stale_after,
-        )
-    });
-    let reachable = match (&made, &health) {
-        (Err(_), _) => verdict(
+    let decisions = proxies::observe(ctx, d, proxies, resolved, &old).await?;
+    let primary = fill_nodes(&mut status, &decisions);
+    let reachable = match &made {
+        Err(_) => verdict(
             "Unknown",
             "NotApplied",
             "the Device's objects are not applied (see Reconciled)",
         ),
-        (_, Some(h)) => h.reachable.clone(),
-        (_, None) => verdict("Unknown", "NoNode", "no node yet"),
+        Ok(_) => nodes::summary(&status.nodes).2,
     };
     let reachable = report::carry_previous(
         reachable,
         &old.conditions,
         ctx.started.elapsed() < ctx.stale_after,
     );
-    let ready = match (&made, &pod, &health) {
-        (Err(_), _, _) => verdict(
-            "False",
-            "NotApplied",
-            "the Device's objects are not applied (see Reconciled)",
-        ),
-        (_, None, _) => verdict(
-            "False",
-            "NoProxyPod",
-            format!("pod {ns}/{pod_name} does not exist yet"),
-        ),
-        (_, Some(p), _) if !pod_ready(p) => verdict(
-            "False",
-            "ProxyNotReady",
-            format!(
-                "pod {ns}/{pod_name} is not ready ({})",
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_else(|| "Unknown".into())
-            ),
-        ),
-        (_, Some(_), Some(h)) => match &h.listening {
-            Some(Err(which)) => verdict(
-                "False",
-                "NotListening",
-                format!("edgelinkd does not listen on {which}"),
-            ),
-            Some(Ok(())) => verdict(
-                "True",
-                "Serving",
-                format!("pod {ns}/{pod_name} is ready and every port listens"),
-            ),
-            None => verdict(
-                "True",
-                "ProxyReady",
-                format!(
-                    "pod {ns}/{pod_name} is ready (no report from edgelinkd: {})",
-                    h.reachable.message
-                ),
-            ),
-        },
-        (_, Some(_), None) => verdict(
-            "True",
-            "ProxyReady",
-            format!("pod {ns}/{pod_name} is ready"),
-        ),
-    };
+    let ready = ready_verdict(&made, &ns, primary);
     if made.is_ok() {
         status.reverse = edgelink_operator::reverse::status(d, resolved, None).0;
     }
-    if let Some(h) = health.filter(|h| h.listening.is_some()) {
-        status.ports = h.ports;
-        status.reverse = h.reverse;
-        if h.segment_address.is_some() {
-            status.segment_address = h.segment_address;
-        }
+    if let Some(h) = primary.map(|p| &p.health).filter(|h| h.listening.is_some()) {
+        status.ports = h.ports.clone();
+        status.reverse = h.reverse.clone();
         status.reported_at = h.reported_at.and_then(|t| {
             let secs = t.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs() as i64;
             Some(
@@ -272,20 +173,7 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
             .push(cond("ReverseResolved", &v, gen, &old.conditions));
     }
     if status != old {
-        let devices: Api<Device> = Api::namespaced(ctx.client.clone(), &ns);
-        let body = serde_json::json!({
-            "apiVersion": Device::api_version(&()),
-            "kind": Device::kind(&()),
-            "status": status,
-        });
-        devices
-            .patch_status(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(body),
-            )
-            .await
-            .map_err(kube_err(format!("status of Device {ns}/{name}")))?;
+        write_status(ctx, d, status).await?;
     }
     let action = match &made {
         // Nothing will change by itself but the node or network: look again
@@ -294,6 +182,146 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         Ok(_) => Action::requeue(ctx.resync),
     };
     Ok((action, outcome))
+}
+
+/// `Reconciled`, and the outcome for the metrics.
+fn reconciled_verdict(
+    made: &Result<Made, crate::run::make::NotApplied>,
+    ns: &str,
+) -> (Verdict, &'static str) {
+    let Ok(Made { proxies, .. }) = made else {
+        let na = made.as_ref().err().expect("not made");
+        return (verdict("False", na.reason, na.message.clone()), na.outcome);
+    };
+    let s = if proxies.len() > 1 { "s" } else { "" };
+    let list =
+        |f: fn(&(String, String)) -> String| proxies.iter().map(f).collect::<Vec<_>>().join(", ");
+    let names = list(|(_, sts)| sts.clone());
+    let nodes = list(|(n, _)| n.clone());
+    (
+        verdict(
+            "True",
+            "Applied",
+            format!(
+                "NetworkAttachmentDefinition, Service and StatefulSet{s} {ns}/{names} applied for node{s} {nodes}"
+            ),
+        ),
+        "ok",
+    )
+}
+
+/// The per-node fields of the status, and the node whose proxy speaks
+/// for the Device where one node must (Ready first): status.node, pod,
+/// segmentAddress, ports and reverse are its.
+fn fill_nodes<'a>(
+    status: &mut DeviceStatus,
+    decisions: &'a [NodeDecision],
+) -> Option<&'a NodeDecision> {
+    let primary = decisions
+        .iter()
+        .find(|n| n.status.ready)
+        .or(decisions.first());
+    if let Some(p) = primary {
+        status.node = Some(p.status.node.clone());
+        status.pod = p.status.pod.clone();
+        status.segment_address = p.status.segment_address.clone();
+    }
+    status.nodes = decisions.iter().map(|n| n.status.clone()).collect();
+    if !status.nodes.is_empty() {
+        let (count, last_seen, _) = nodes::summary(&status.nodes);
+        status.node_list = Some(
+            status
+                .nodes
+                .iter()
+                .map(|n| n.node.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        status.reachable_nodes = Some(count);
+        status.last_seen = last_seen;
+    }
+    primary
+}
+
+async fn write_status(ctx: &Ctx, d: &Device, status: DeviceStatus) -> Result<(), Error> {
+    let (name, ns) = (d.name_any(), d.namespace().unwrap_or_default());
+    let devices: Api<Device> = Api::namespaced(ctx.client.clone(), &ns);
+    let body = serde_json::json!({
+        "apiVersion": Device::api_version(&()),
+        "kind": Device::kind(&()),
+        "status": status,
+    });
+    devices
+        .patch_status(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(kube_err(format!("status of Device {ns}/{name}")))?;
+    Ok(())
+}
+
+/// `Ready`: some proxy pod is Ready (so in the Service) and, as its node
+/// reports, every port listens.
+fn ready_verdict(
+    made: &Result<Made, crate::run::make::NotApplied>,
+    ns: &str,
+    primary: Option<&NodeDecision>,
+) -> Verdict {
+    if made.is_err() {
+        return verdict(
+            "False",
+            "NotApplied",
+            "the Device's objects are not applied (see Reconciled)",
+        );
+    }
+    let Some(p) = primary else {
+        return verdict("False", "NoProxyPod", "no proxy pod yet");
+    };
+    let s = &p.status;
+    let Some(pod) = &s.pod else {
+        return verdict(
+            "False",
+            "NoProxyPod",
+            format!("no proxy pod on node {} yet", s.node),
+        );
+    };
+    if !s.ready {
+        return verdict(
+            "False",
+            "ProxyNotReady",
+            format!(
+                "no proxy pod is ready ({ns}/{pod} on node {}: reachable {}{})",
+                s.node,
+                s.reachable,
+                s.last_error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
+    match &p.health.listening {
+        Some(Err(which)) => verdict(
+            "False",
+            "NotListening",
+            format!("edgelinkd does not listen on {which}"),
+        ),
+        Some(Ok(())) => verdict(
+            "True",
+            "Serving",
+            format!("pod {ns}/{pod} is ready and every port listens"),
+        ),
+        None => verdict(
+            "True",
+            "ProxyReady",
+            format!(
+                "pod {ns}/{pod} is ready (no report from edgelinkd: {})",
+                p.health.reachable.message
+            ),
+        ),
+    }
 }
 
 pub fn error_policy(d: Arc<Device>, e: &Error, _ctx: Arc<Ctx>) -> Action {

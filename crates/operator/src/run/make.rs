@@ -1,12 +1,12 @@
 //! Step 2 of a Device's reconcile (`run::controller`): check it, find
-//! its EdgeNetwork, node and the Services its reverse entries name, and
-//! apply its NetworkAttachmentDefinition, Service and StatefulSet, or say
-//! why not. It never writes the Device's status (the controller does),
+//! its EdgeNetwork, nodes and the Services its reverse entries name, and
+//! apply its NetworkAttachmentDefinition, Service and one StatefulSet per
+//! node (deleting those of nodes it left), or say why not. It never writes the Device's status (the controller does),
 //! and never touches an object of the Device's name it does not own.
 
 use crate::run::context::{kube_err, Ctx, Error};
-use edgelink_operator::crd::{Device, EdgeNetwork, NetworkAttachmentDefinition};
-use edgelink_operator::render::{self, MANAGER};
+use edgelink_operator::crd::{Device, EdgeNetwork, NetworkAttachmentDefinition, MAX_NODES};
+use edgelink_operator::render::{self, DEVICE_LABEL, MANAGER};
 use edgelink_operator::reverse::Resolved;
 use edgelink_operator::validate;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -36,24 +36,39 @@ fn not_applied(
     }
 }
 
-/// Find the node: `nodeName`, or the one node `nodeSelector` selects.
-async fn resolve_node(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied>, Error> {
+/// Find the nodes: `nodeName`, `nodes` (each must exist), or the nodes
+/// `nodeSelector` selects (sorted by name, 16 at most).
+async fn resolve_nodes(ctx: &Ctx, d: &Device) -> Result<Result<Vec<String>, NotApplied>, Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    if let Some(n) = &d.spec.node_name {
-        return Ok(
-            match nodes
+    let named: Vec<String> = match &d.spec.node_name {
+        Some(n) => vec![n.clone()],
+        None => d.spec.nodes.clone(),
+    };
+    if !named.is_empty() {
+        let mut missing = Vec::new();
+        for n in &named {
+            if nodes
                 .get_opt(n)
                 .await
                 .map_err(kube_err(format!("get node {n}")))?
+                .is_none()
             {
-                Some(_) => Ok(n.clone()),
-                None => Err(not_applied(
-                    "NodeNotFound",
-                    "invalid",
-                    format!("node {n} does not exist"),
-                )),
-            },
-        );
+                missing.push(n.as_str());
+            }
+        }
+        return Ok(match missing.as_slice() {
+            [] => Ok(named),
+            [one] => Err(not_applied(
+                "NodeNotFound",
+                "invalid",
+                format!("node {one} does not exist"),
+            )),
+            many => Err(not_applied(
+                "NodeNotFound",
+                "invalid",
+                format!("nodes {} do not exist", many.join(", ")),
+            )),
+        });
     }
     let sel = d.spec.node_selector.clone().unwrap_or_default();
     let expr = sel
@@ -65,23 +80,23 @@ async fn resolve_node(ctx: &Ctx, d: &Device) -> Result<Result<String, NotApplied
         .list(&ListParams::default().labels(&expr))
         .await
         .map_err(kube_err(format!("list nodes {expr}")))?;
-    let names: Vec<String> = list.items.iter().map(|n| n.name_any()).collect();
-    Ok(match names.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(not_applied(
+    let mut names: Vec<String> = list.items.iter().map(|n| n.name_any()).collect();
+    names.sort();
+    Ok(match names.len() {
+        0 => Err(not_applied(
             "NoNodeSelected",
             "invalid",
             format!("nodeSelector {expr} selects no node"),
         )),
-        many => Err(not_applied(
-            "NodeSelectorAmbiguous",
+        n if n > MAX_NODES as usize => Err(not_applied(
+            "TooManyNodes",
             "invalid",
             format!(
-                "nodeSelector {expr} selects {} nodes ({}): it must select one",
-                many.len(),
-                many.join(", ")
+                "nodeSelector {expr} selects {n} nodes ({}): at most {MAX_NODES}",
+                names.join(", ")
             ),
         )),
+        _ => Ok(names),
     })
 }
 
@@ -149,13 +164,15 @@ where
     Ok(())
 }
 
-/// What was applied: for which node, with which reverse targets.
+/// What was applied: for which nodes (their proxies), with which reverse
+/// targets.
 pub struct Made {
-    pub node: String,
+    /// (node, StatefulSet name), in the order of the Device's nodes.
+    pub proxies: Vec<(String, String)>,
     pub reverse: Vec<Resolved>,
 }
 
-/// Apply the three objects, or say why not.
+/// Apply the objects, or say why not.
 pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Error> {
     let name = d.name_any();
     let ns = d.namespace().unwrap_or_default();
@@ -181,33 +198,32 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
             format!("EdgeNetwork {}: {e}", d.spec.network),
         )));
     }
-    let node = match resolve_node(ctx, d).await? {
+    let nodes = match resolve_nodes(ctx, d).await? {
         Ok(n) => n,
         Err(na) => return Ok(Err(na)),
     };
-    if let Err(e) = validate::placement(d, &net, &node) {
-        return Ok(Err(not_applied(
-            "InvalidPlacement",
-            "invalid",
-            e.to_string(),
-        )));
-    }
     let services = crate::run::services::lookup(&ctx.client, d).await?;
     let reverse = edgelink_operator::reverse::resolve(d, &services, &ctx.cluster_domain);
-    if let Err(e) = validate::reverse_placement(d, &net, &node, &reverse) {
-        return Ok(Err(not_applied(
-            "InvalidPlacement",
-            "invalid",
-            e.to_string(),
-        )));
+    for node in &nodes {
+        let placed = validate::placement(d, &net, node)
+            .and_then(|()| validate::reverse_placement(d, &net, node, &reverse));
+        if let Err(e) = placed {
+            return Ok(Err(not_applied(
+                "InvalidPlacement",
+                "invalid",
+                e.to_string(),
+            )));
+        }
     }
-    let r = render::render(d, &net, &node, &ctx.settings, &reverse);
+    let r = render::render(d, &net, &nodes, &ctx.settings, &reverse);
     let nads: Api<NetworkAttachmentDefinition> = Api::namespaced(ctx.client.clone(), &ns);
     let stss: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
     let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     let mut conflicts = Vec::new();
     conflicts.extend(conflict(&nads, "NetworkAttachmentDefinition", &name, &ns, d).await?);
-    conflicts.extend(conflict(&stss, "StatefulSet", &name, &ns, d).await?);
+    for p in &r.proxies {
+        conflicts.extend(conflict(&stss, "StatefulSet", &p.name, &ns, d).await?);
+    }
     conflicts.extend(conflict(&svcs, "Service", &name, &ns, d).await?);
     if !conflicts.is_empty() {
         return Ok(Err(not_applied(
@@ -219,9 +235,41 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
             ),
         )));
     }
-    // The NAD first: the pod's ADD reads it.
+    // The NAD first: the pods' ADD reads it.
     apply(&nads, &r.nad, &name).await?;
     apply(&svcs, &r.service, &name).await?;
-    apply(&stss, &r.statefulset, &name).await?;
-    Ok(Ok(Made { node, reverse }))
+    for p in &r.proxies {
+        apply(&stss, &p.statefulset, &p.name).await?;
+    }
+    let keep: Vec<&str> = r.proxies.iter().map(|p| p.name.as_str()).collect();
+    prune(&stss, d, &keep).await?;
+    Ok(Ok(Made {
+        proxies: r.proxies.into_iter().map(|p| (p.node, p.name)).collect(),
+        reverse,
+    }))
+}
+
+/// Delete the StatefulSets of `d` that are not `keep` (a node the Device
+/// left, or the single-node name after a second node came).
+async fn prune(stss: &Api<StatefulSet>, d: &Device, keep: &[&str]) -> Result<(), Error> {
+    let list = stss
+        .list(&ListParams::default().labels(&format!("{DEVICE_LABEL}={}", d.name_any())))
+        .await
+        .map_err(kube_err(format!(
+            "list StatefulSets of Device {}",
+            d.name_any()
+        )))?;
+    for s in list.items {
+        let n = s.name_any();
+        if keep.contains(&n.as_str()) || !owned_by(s.meta(), d) {
+            continue;
+        }
+        tracing::info!(device = %d.name_any(), statefulset = %n, "deleting the proxy of a node the Device left");
+        match stss.delete(&n, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(kube_err(format!("delete StatefulSet {n}"))(e)),
+        }
+    }
+    Ok(())
 }

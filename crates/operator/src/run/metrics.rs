@@ -1,6 +1,9 @@
 //! /metrics of the operator (OpenMetrics text, prometheus-client):
 //! reconciles by outcome, reconcile errors by reason, reconcile duration,
-//! reports taken, and whether this replica leads.
+//! reports and heartbeats taken, whether this replica leads, and per
+//! Device and node whether the node reaches the device, its transitions,
+//! and what the operator did about them (readiness gates set, pods of
+//! lost nodes marked not Ready).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,6 +23,22 @@ pub struct Reason {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceNode {
+    pub namespace: String,
+    pub device: String,
+    pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Transition {
+    pub namespace: String,
+    pub device: String,
+    pub node: String,
+    /// `True`, `False` or `Unknown`: the state entered.
+    pub to: String,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
     pub reconciles: Family<Outcome, Counter>,
@@ -28,6 +47,12 @@ pub struct Metrics {
     pub reports: Counter,
     pub reports_refused: Counter,
     pub leader: Gauge,
+    pub heartbeats: Counter,
+    /// 1 reaches, 0 does not, -1 unknown.
+    pub reachable: Family<DeviceNode, Gauge>,
+    pub transitions: Family<Transition, Counter>,
+    pub gates_set: Counter,
+    pub marked_not_ready: Counter,
 }
 
 impl Metrics {
@@ -42,6 +67,11 @@ impl Metrics {
             reports: Counter::default(),
             reports_refused: Counter::default(),
             leader: Gauge::default(),
+            heartbeats: Counter::default(),
+            reachable: Family::default(),
+            transitions: Family::default(),
+            gates_set: Counter::default(),
+            marked_not_ready: Counter::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -74,6 +104,31 @@ impl Metrics {
                 "leader",
                 "1 while this replica holds the lease",
                 m.leader.clone(),
+            );
+            r.register(
+                "heartbeats",
+                "Heartbeats taken from edgelinkd",
+                m.heartbeats.clone(),
+            );
+            r.register(
+                "device_node_reachable",
+                "Whether the node reaches the device: 1 yes, 0 no, -1 unknown",
+                m.reachable.clone(),
+            );
+            r.register(
+                "device_node_transitions",
+                "Changes of a node's reachability of a device, by the state entered",
+                m.transitions.clone(),
+            );
+            r.register(
+                "readiness_gates_set",
+                "Writes of the edgelink.io/device-reachable pod condition",
+                m.gates_set.clone(),
+            );
+            r.register(
+                "pods_marked_not_ready",
+                "Proxy pods of lost nodes marked not Ready by the operator",
+                m.marked_not_ready.clone(),
             );
         }
         m

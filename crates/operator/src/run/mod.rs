@@ -8,6 +8,7 @@ pub mod controller;
 pub mod leader;
 pub mod make;
 pub mod metrics;
+pub mod proxies;
 pub mod reports;
 pub mod server;
 pub mod services;

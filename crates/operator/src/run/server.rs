@@ -10,6 +10,11 @@
 //!   ([`crate::run::auth`]). Only the leader takes reports (a standby
 //!   answers 503: edgelinkd retries, and the webhook Service leads to the
 //!   leader anyway).
+//! - `POST /v1/heartbeat`: edgelinkd is alive (`{"node": "kedge1",
+//!   "intervalMs": 1000}`, every second), with the same token and the same
+//!   checks; a node that sends them and goes silent for `--node-lost-after`
+//!   is lost. A review is cached a minute, so a heartbeat costs the API
+//!   server nothing.
 //!
 //! Connections are bounded as edgelinkd's status server's are
 //! ([`edgelink_http_limits`]), and report bodies are read a few at a time.
@@ -137,6 +142,53 @@ async fn take_report(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>>
     }
 }
 
+/// A heartbeat's body.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Heartbeat {
+    node: String,
+    #[serde(default)]
+    interval_ms: u64,
+}
+
+/// The largest heartbeat taken.
+const MAX_HEARTBEAT: usize = 4096;
+
+async fn take_heartbeat(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let sender = match app.auth.node_of(bearer(&req)).await {
+        Ok(node) => node,
+        Err(e) => return refuse(app, e),
+    };
+    if !app.leader.load(Ordering::Relaxed) {
+        return reply(StatusCode::SERVICE_UNAVAILABLE, "not the leader: retry\n");
+    }
+    let body = match Limited::new(req.into_body(), MAX_HEARTBEAT).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("heartbeat not read: {e}\n"),
+            )
+        }
+    };
+    match serde_json::from_slice::<Heartbeat>(&body) {
+        Ok(h) if !h.node.is_empty() => {
+            if let Err(e) = sender::check_node(&h.node, &sender) {
+                return refuse(app, e);
+            }
+            app.metrics.heartbeats.inc();
+            let every = Duration::from_millis(h.interval_ms.clamp(100, 60_000));
+            app.reports.heard(&h.node, Some(every));
+            reply(StatusCode::NO_CONTENT, "")
+        }
+        Ok(_) => reply(StatusCode::BAD_REQUEST, "heartbeat has no node name\n"),
+        Err(e) => reply(
+            StatusCode::BAD_REQUEST,
+            format!("heartbeat is not {{\"node\": ..., \"intervalMs\": ...}}: {e}\n"),
+        ),
+    }
+}
+
 async fn handle(
     app: Arc<App>,
     req: Request<Incoming>,
@@ -165,9 +217,11 @@ async fn handle(
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))),
         (Method::POST, "/v1/status") => take_report(&app, req).await,
         (_, "/v1/status") => reply(StatusCode::METHOD_NOT_ALLOWED, "POST only\n"),
+        (Method::POST, "/v1/heartbeat") => take_heartbeat(&app, req).await,
+        (_, "/v1/heartbeat") => reply(StatusCode::METHOD_NOT_ALLOWED, "POST only\n"),
         _ => reply(
             StatusCode::NOT_FOUND,
-            "not found: /healthz, /readyz, /metrics, POST /v1/status\n",
+            "not found: /healthz, /readyz, /metrics, POST /v1/status, POST /v1/heartbeat\n",
         ),
     })
 }
@@ -177,7 +231,7 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("--listen {addr}: {e}"))?;
-    tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /v1/status");
+    tracing::info!(%addr, "serving /healthz, /readyz, /metrics, /v1/status, /v1/heartbeat");
     Ok(listener)
 }
 

@@ -55,6 +55,7 @@ fn every_rule_reads_and_points_at_fields_of_its_own_schema() {
             "Device",
             "Device.spec",
             "Device.spec.address",
+            "Device.spec.health",
             "Device.spec.ports",
             "Device.spec.ports[]",
             "Device.spec.reverse",

@@ -102,7 +102,10 @@ fn cluster() -> Fake {
 
 /// The app on a loopback port with `limits`, and its address.
 async fn start_with(fake: Fake, limits: Limits) -> (Arc<App>, SocketAddr) {
-    let (reports, _rx) = Reports::new();
+    let (reports, _rx) = Reports::new(
+        std::time::Duration::from_secs(3),
+        std::time::Duration::from_secs(35),
+    );
     let expect = Expect {
         audience: AUDIENCE.into(),
         namespace: "edgelink-system".into(),
@@ -228,6 +231,33 @@ async fn a_node_cannot_report_for_another_node() {
     let (code, body) = post(addr, Some("t-replaced"), &report("kedge3")).await;
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("gone or was replaced"), "{body}");
+}
+
+#[tokio::test]
+async fn heartbeats_are_checked_as_reports_are_and_keep_a_node_heard() {
+    use edgelink_operator::nodes::Heard;
+    let (app, addr) = start().await;
+    let hb = |node: &str| format!(r#"{{"node": "{node}", "intervalMs": 1000}}"#).into_bytes();
+    let beat = |token: Option<&'static str>, body: Vec<u8>| async move {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        call(addr, "POST", "/v1/heartbeat", auth.as_deref(), &body).await
+    };
+    assert_eq!(beat(None, hb("kedge1")).await.0, 401);
+    assert_eq!(beat(Some("t-kedge1"), hb("kedge1")).await.0, 503, "standby");
+    app.leader.store(true, Ordering::Relaxed);
+    assert_eq!(
+        beat(Some("t-kedge1"), hb("kedge2")).await.0,
+        403,
+        "another node's"
+    );
+    let (code, body) = beat(Some("t-kedge1"), b"{}".to_vec()).await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(app.reports.heard_state("kedge1"), Heard::Never);
+    assert_eq!(beat(Some("t-kedge1"), hb("kedge1")).await.0, 204);
+    assert_eq!(app.reports.heard_state("kedge1"), Heard::Alive);
+    assert_eq!(call(addr, "GET", "/v1/heartbeat", None, b"").await.0, 405);
+    let m = app.metrics.render();
+    assert!(m.contains("edgelink_operator_heartbeats_total 1\n"), "{m}");
 }
 
 #[tokio::test]
