@@ -3,7 +3,8 @@
 //! (`validate`), the device health derived from edgelinkd's reports
 //! (`report`) and what it means for each node and its readiness gate
 //! (`nodes`), who sent a report (`sender`), and the cluster Services a
-//! device may call (`reverse`). The binary (src/main.rs and src/run/) adds the controller,
+//! device may call (`reverse`), and the pods that require devices
+//! (`requires`). The binary (src/main.rs and src/run/) adds the controller,
 //! leader election and the HTTP endpoints.
 
 pub mod crd;
@@ -11,6 +12,7 @@ pub mod nodes;
 pub mod render;
 pub mod report;
 pub mod reported;
+pub mod requires;
 pub mod reverse;
 pub mod sender;
 mod target;

@@ -302,6 +302,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         ),
     });
+    let consumers = tokio::spawn(run::consumers::run(client.clone(), metrics.clone()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run::controller::run(
         ctx,
@@ -319,6 +320,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     app.leader.store(false, Ordering::Relaxed);
     metrics.leader.set(0);
     let _ = stop_tx.send(());
+    consumers.abort();
     let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
     drop(lease);
     let _ = tokio::time::timeout(Duration::from_secs(5), lease_task).await;

@@ -3,6 +3,7 @@
 //! Services reverse entries name.
 
 pub mod auth;
+pub mod consumers;
 pub mod context;
 pub mod controller;
 pub mod leader;
