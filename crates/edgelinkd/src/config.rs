@@ -343,6 +343,11 @@ pub struct RunArgs {
     /// POST the status at least this often, changed or not (seconds, 0: only on changes).
     #[arg(long, default_value = "10", value_parser = secs)]
     pub status_webhook_interval: Duration,
+    /// POST a heartbeat beside the webhook (its path's last segment
+    /// `heartbeat`) this often (0: none): edgelink-operator takes this node
+    /// as lost within its --node-lost-after of the last one.
+    #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK_HEARTBEAT", default_value = "1", value_parser = secs)]
+    pub status_webhook_heartbeat: Duration,
     /// This node's name in /status (default: $NODE_NAME, else the hostname).
     #[arg(long)]
     pub node_name: Option<String>,

@@ -162,11 +162,17 @@ fn open_status(
         webhook::start(
             d.node.clone(),
             webhook::Settings {
-                url,
+                url: url.clone(),
                 token_file: args.status_webhook_token_file.clone(),
                 interval: args.status_webhook_interval,
             },
         )?;
+        edgelink_status::heartbeat::start(edgelink_status::heartbeat::Settings {
+            url,
+            token_file: args.status_webhook_token_file.clone(),
+            node: d.node.status().node,
+            every: args.status_webhook_heartbeat,
+        });
     }
     Ok(())
 }

@@ -6,11 +6,13 @@
 //!   `/status`) and the client `edgelinkd status` uses.
 //! - [`metrics`]: the Prometheus (OpenMetrics) rendering of a [`Status`].
 //! - [`webhook`]: the status POSTed to edgelink-operator.
+//! - [`heartbeat`]: the heartbeat POSTed beside it, every second.
 //! - [`table`]: `edgelinkd status`'s table, filters and exit status.
 //!
 //! It reads the node through [`Source`] only: it never starts, stops or
 //! changes an attachment, and never touches a pod's namespace.
 
+pub mod heartbeat;
 pub mod http;
 pub mod metrics;
 mod model;

@@ -29,13 +29,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-struct Url {
-    host: String,
-    port: u16,
-    path: String,
+pub(crate) struct Url {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) path: String,
 }
 
-fn parse(url: &str) -> Result<Url, Error> {
+pub(crate) fn parse(url: &str) -> Result<Url, Error> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| Error::Scheme(url.to_string()))?;
@@ -78,7 +78,7 @@ impl std::fmt::Display for UrlSource {
 
 impl UrlSource {
     /// The URL now; `None`: none configured (the file is missing or empty).
-    fn current(&self) -> Result<Option<String>, String> {
+    pub(crate) fn current(&self) -> Result<Option<String>, String> {
         let p = match self {
             UrlSource::Fixed(u) => return Ok(Some(u.clone())),
             UrlSource::File(p) => p,
@@ -119,7 +119,7 @@ fn signature(s: &Status) -> Vec<(String, String, String, String, String)> {
         .collect()
 }
 
-fn token(file: &Option<PathBuf>) -> Result<Option<String>, Error> {
+pub(crate) fn token(file: &Option<PathBuf>) -> Result<Option<String>, Error> {
     let Some(f) = file else { return Ok(None) };
     let t = std::fs::read_to_string(f).map_err(|source| Error::Read {
         path: f.clone(),
