@@ -342,9 +342,11 @@ fn edgelinkd_status_filters_shows_the_address_and_says_by_its_exit_status_what_i
 }
 
 /// A tiny HTTP receiver in `ns` on `port`: records each request's
-/// (request line, body) and answers 204. Stops on drop (bounded anyway).
+/// (request line, body) and answers 204; heartbeats (a path ending in
+/// `/heartbeat`) apart from the reports. Stops on drop (bounded anyway).
 pub(crate) struct Receiver {
     pub(crate) got: Arc<Mutex<Vec<(String, String)>>>,
+    pub(crate) beats: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -365,8 +367,9 @@ impl Receiver {
         });
         l.set_nonblocking(true).unwrap();
         let got = Arc::new(Mutex::new(Vec::new()));
+        let beats = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (g, st) = (got.clone(), stop.clone());
+        let (g, bt, st) = (got.clone(), beats.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             let end = Instant::now() + Duration::from_secs(60);
             while !st.load(Ordering::Relaxed) && Instant::now() < end {
@@ -399,13 +402,17 @@ impl Receiver {
                     }
                 };
                 let _ = c.write_all(answer);
-                if !head.is_empty() {
+                let path = head.split_whitespace().nth(1).unwrap_or("");
+                if path.ends_with("/heartbeat") {
+                    bt.lock().unwrap().push(body);
+                } else if !head.is_empty() {
                     g.lock().unwrap().push((head, body));
                 }
             }
         });
         Receiver {
             got,
+            beats,
             stop,
             thread: Some(thread),
         }

@@ -104,3 +104,51 @@ fn a_failed_post_says_why() {
     // The relay is not held up meanwhile.
     assert_eq!(l.get("/healthz").0, 200);
 }
+
+/// The heartbeat beside the webhook (issue 24): `/v1/heartbeat` with the
+/// node and the interval, as often as asked, and none with 0.
+#[test]
+fn the_heartbeat_goes_beside_the_webhook_as_often_as_asked() {
+    let flags = [
+        "--status-webhook",
+        "http://127.0.0.1:18094/v1/status",
+        "--status-webhook-heartbeat",
+        "200ms",
+        "--node-name",
+        "kedge7",
+    ];
+    let mut l = DLab::idle(&flags);
+    let r = Receiver::start(&l.lab.node, 18094);
+    l.start_daemon();
+    let beats = || r.beats.lock().unwrap().clone();
+    assert!(
+        wait_until(Duration::from_secs(10), || beats().len() >= 5),
+        "no heartbeats: {:?} {}",
+        beats(),
+        l.daemon().log_text()
+    );
+    let b: serde_json::Value = serde_json::from_str(&beats()[0]).unwrap();
+    assert_eq!(b, serde_json::json!({"node": "kedge7", "intervalMs": 200}));
+    assert!(posts(&r) >= 1, "the report still goes to /v1/status");
+    let log = l.daemon().log_text();
+    assert!(
+        log.contains("beating every 200ms to /v1/heartbeat"),
+        "{log}"
+    );
+
+    let off = [
+        "--status-webhook",
+        "http://127.0.0.1:18095/v1/status",
+        "--status-webhook-heartbeat",
+        "0",
+    ];
+    let mut l2 = DLab::idle(&off);
+    let r2 = Receiver::start(&l2.lab.node, 18095);
+    l2.start_daemon();
+    assert!(wait_until(Duration::from_secs(10), || posts(&r2) >= 1));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        r2.beats.lock().unwrap().is_empty(),
+        "--status-webhook-heartbeat 0 sends none"
+    );
+}
