@@ -107,7 +107,7 @@ test-e2e:
 # cache is. The image is rebuilt first (~30 s when the binaries are up to
 # date), so the lab runs the checkout's code.
 e2e-kube: image-offline
-	KEEP=$(KEEP) KUBE=$(KUBE) MULTUS=$(MULTUS) scripts/kube-lab/e2e.sh
+	KEEP=$(KEEP) KUBE=$(KUBE) MULTUS=$(MULTUS) E2E_ONLY='$(E2E_ONLY)' scripts/kube-lab/e2e.sh
 
 # The Vagrant lab (vagrant/README.md): the reference cluster in VMs, edgelink
 # from the local build (make image), and TCP, UDP and HTTP from a pod on

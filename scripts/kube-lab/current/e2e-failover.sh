@@ -1,0 +1,188 @@
+# shellcheck shell=bash
+# A Device on both edge nodes survives the loss of one (issue 24), on the
+# current profile (KUBE=1.36), after the operator's checks (O1 installed
+# it): sourced by e2e.sh with its helpers (kc, check, note, until_ok,
+# in_pod_netns, client_netns, NODE=kedge1, NODE_NS, HERE, REPO, RUN).
+#
+#   F1  Device device01-05 on nodes [kedge1, kedge2] with a 1 s health
+#       probe: two pinned proxy pods, each Ready, each with an address
+#       from its node's range, both in the Service; status 2/2.
+#   F2  kedge1's cable cut, then put back; F3 edgelinkd on kedge1 killed;
+#       F4 kedge1 lost (kubelet, containerd and every container killed:
+#       node-stop.sh), then started again (up). For each: a client on kw1
+#       opens a new TCP connection and sends a UDP request every 50 ms
+#       through the Service (failover.py), and the figures are printed:
+#       connections failed and UDP replies lost, the time until every new
+#       connection works again, how long kedge1's proxy took to leave the
+#       endpoints and to come back; and kedge1's proxy never returns while
+#       it still cannot reach the device.
+#   F5  a pod annotated edgelink.io/requires-devices: device01-05 with the
+#       readiness gate is Ready only while the device is reachable: the
+#       device's link down on the segment, then up.
+
+FO_DEV=device01-05
+FO_YAML=$RUN/e2e-$FO_DEV.yaml
+FO_SEG=$(device_ns device01-01)
+cat >"$FO_YAML" <<YAML
+apiVersion: edgelink.io/v1alpha1
+kind: Device
+metadata: {name: $FO_DEV, namespace: hil}
+spec:
+  nodes: [kedge1, kedge2]
+  address: 172.17.16.120
+  network: plant-floor
+  health: {type: tcp, intervalSeconds: 1, timeoutSeconds: 1, failureThreshold: 2, successThreshold: 2}
+  ports:
+    - {name: api, protocol: tcp, port: 8080}
+    - {name: telemetry, protocol: udp, port: 5000}
+YAML
+
+fo_pod() { echo "$FO_DEV-$1-0"; }
+# fo_ready NODE: the EndpointSlice says the node's proxy is ready ("true"/"false"/"")
+fo_ready() {
+  kc -n hil get endpointslices -l "kubernetes.io/service-name=$FO_DEV" \
+    -o jsonpath="{range .items[*].endpoints[?(@.targetRef.name==\"$(fo_pod "$1")\")]}{.conditions.ready}{end}"
+}
+fo_in() { [[ $(fo_ready "$1") == true ]]; }
+fo_out() { [[ $(fo_ready "$1") != true ]]; }
+fo_col() { kc -n hil get device "$FO_DEV" -o jsonpath="$1"; }
+fo_node() { # fo_node NODE FIELD: status.nodes[node].FIELD
+  fo_col "{.status.nodes[?(@.node==\"$1\")].$2}"
+}
+FO_SVC=
+
+f1_two_nodes() {
+  kc apply -f "$REPO/cni-conf/edgenetwork-plant-floor.yaml" -f "$FO_YAML" >/dev/null || return 1
+  local t0=$SECONDS a1 a2 row
+  if ! until_ok 180 fo_in kedge1 || ! until_ok 60 fo_in kedge2; then
+    note "not both in the Service: $(fo_col '{.status}')"
+    return 1
+  fi
+  until_ok 30 is 2/2 fo_col '{.status.reachableNodes}' || { note "status: $(fo_col '{.status}')"; return 1; }
+  FO_SVC=$(kc -n hil get svc "$FO_DEV" -o jsonpath='{.spec.clusterIP}')
+  a1=$(fo_node kedge1 segmentAddress) a2=$(fo_node kedge2 segmentAddress)
+  row=$(kc -n hil get device "$FO_DEV" --no-headers)
+  note "both proxies Ready and in Service $FO_SVC after $((SECONDS - t0)) s: $(fo_pod kedge1) $a1, $(fo_pod kedge2) $a2"
+  note "kubectl get device: $row"
+  note "kedge1: $(fo_node kedge1 reachable) $(fo_node kedge1 reason), latency $(fo_node kedge1 latency), last seen $(fo_node kedge1 lastSeen)"
+  local o1 o2
+  o1=${a1##*.} o2=${a2##*.}
+  ((o1 >= 200 && o1 <= 224 && o2 >= 225 && o2 <= 249)) && [[ $row == *2/2*kedge1,kedge2* ]]
+}
+check "F1 Device $FO_DEV on nodes [kedge1, kedge2]: a pinned proxy on each with its node's address, both Ready behind the Service, REACHABLE 2/2" f1_two_nodes
+
+# fo_outage NAME EVENT RESTORE BACK_WITHIN: the client's loop around EVENT
+# (a command), kedge1 out of the Service, RESTORE, kedge1 back within
+# BACK_WITHIN s. Sets FO_FIG (the event's figures), FO_BACK (the restore's),
+# FO_T_OUT, FO_T_BACK (seconds), FO_EARLY (kedge1 seen back before RESTORE).
+fo_outage() {
+  local name=$1 event=$2 restore=$3 within=$4
+  local log=$RUN/logs/e2e-failover-$name.log stop=$RUN/e2e-failover-$name.stop lp t_ev t_out t_re t_back i
+  rm -f "$stop"
+  in_pod_netns "$(client_netns)" python3 "$HERE/failover.py" run "$FO_SVC" 8080 5000 "$log" "$stop" 300 &
+  lp=$!
+  sleep 3
+  t_ev=$(date +%s.%N)
+  $event || note "$event failed"
+  for ((i = 0; i < 600; i++)); do fo_out kedge1 && break; sleep 0.1; done
+  t_out=$(date +%s.%N)
+  # kedge1 must stay out while it cannot serve
+  FO_EARLY=0
+  for ((i = 0; i < 16; i++)); do fo_in kedge1 && FO_EARLY=1; sleep 0.5; done
+  t_re=$(date +%s.%N)
+  $restore || note "$restore failed"
+  for ((i = 0; i < within * 10; i++)); do fo_in kedge1 && break; sleep 0.1; done
+  t_back=$(date +%s.%N)
+  sleep 3
+  touch "$stop"
+  wait "$lp" || true
+  FO_T_OUT=$(python3 -c "print($t_out - $t_ev)") FO_T_BACK=$(python3 -c "print($t_back - $t_re)")
+  FO_FIG=$(python3 "$HERE/failover.py" figures "$log" "$t_ev" "$t_re")
+  FO_BACK=$(python3 "$HERE/failover.py" figures "$log" "$t_re")
+  note "$name: $FO_FIG"
+  note "$name: kedge1 out of the Service after $(printf %.1f "$FO_T_OUT") s; back $(printf %.1f "$FO_T_BACK") s after the restore; $([[ $FO_EARLY == 1 ]] && echo "BACK EARLY, while broken" || echo "never back while broken")"
+  note "$name: after the restore: $FO_BACK"
+}
+# fo_within FIG TCP_S: every new connection works again within TCP_S s,
+# and UDP replies within as long
+fo_within() {
+  local t u
+  t=$(sed -n 's/.*every new connection works again after \([0-9.]*\) s.*/\1/p' <<<"$1")
+  u=$(sed -n 's/.*replies again after \([0-9.]*\) s.*/\1/p' <<<"$1")
+  [[ -n $t && -n $u ]] && python3 -c "import sys; sys.exit(0 if $t <= $2 and $u <= $2 else 1)"
+}
+fo_clean() { [[ $1 == "tcp: 0 failed"*"udp: 0 lost"* ]]; }
+
+cable() { ip -n "$SEGMENT_NS" link set kedge1 "$1"; }
+cut() { cable down; }
+mend() { cable up; }
+f2_cable() {
+  until_ok 30 fo_in kedge1 || return 1
+  fo_outage cable cut mend 60
+  # the goal is 3 s; the check allows 6 (a loaded lab; the figure is printed)
+  fo_within "$FO_FIG" 6 && [[ $FO_EARLY == 0 ]] && fo_in kedge1 && fo_clean "$FO_BACK"
+}
+check "F2 kedge1's cable cut: its proxy leaves the Service, new TCP connections and UDP work again (goal 3 s), back when the cable is (figures printed)" f2_cable
+
+fo_kill() {
+  local want p
+  want=$(stat -L -c %i "/run/netns/$NODE_NS")
+  for p in $(pgrep -x edgelinkd || true); do
+    [[ $(stat -L -c %i "/proc/$p/ns/net" 2>/dev/null) == "$want" ]] && kill -KILL "$p"
+  done
+  return 0
+}
+fo_nothing() { :; }
+f3_daemon() {
+  until_ok 30 fo_in kedge1 || return 1
+  # the kubelet restarts edgelinkd by itself (after its back-off: check 6
+  # killed it once already): the restore is waiting
+  fo_outage daemon fo_kill fo_nothing 90
+  fo_within "$FO_FIG" 6 && fo_in kedge1 && fo_clean "$FO_BACK"
+}
+check "F3 edgelinkd on kedge1 killed: its proxy leaves the Service until edgelinkd is back; new connections work again (goal 3 s) (figures printed)" f3_daemon
+
+node_lost() { "$HERE/node-stop.sh" kedge1 >"$RUN/logs/e2e-failover-node-stop.log" 2>&1; }
+node_back() { "$REPO/scripts/kube-lab.sh" up >"$RUN/logs/e2e-failover-up.log" 2>&1; }
+f4_node() {
+  until_ok 60 fo_in kedge1 || return 1
+  fo_outage node node_lost node_back 180
+  fo_within "$FO_FIG" 10 && fo_in kedge1 && fo_clean "$FO_BACK"
+}
+check "F4 kedge1 lost (kubelet, containerd, containers killed): its proxy leaves the Service, new connections work again (goal 10 s); back after up (figures printed)" f4_node
+
+FO_TESTER=needs-$FO_DEV
+tester_ready() { kc -n hil get pod "$FO_TESTER" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
+tester_gate() { kc -n hil get pod "$FO_TESTER" -o jsonpath='{.status.conditions[?(@.type=="edgelink.io/device-reachable")].message}'; }
+device_link() { ip -n "$FO_SEG" link set eth0 "$1"; }
+f5_requires() {
+  kc -n hil apply -f - >/dev/null <<YAML || return 1
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $FO_TESTER
+  annotations: {edgelink.io/requires-devices: $FO_DEV}
+spec:
+  nodeName: kw1
+  readinessGates: [{conditionType: edgelink.io/device-reachable}]
+  containers:
+  - {name: c, image: $CLIENT_IMAGE, imagePullPolicy: Never, command: [sleep, "3600"]}
+YAML
+  local t0 down up ok=1
+  until_ok 60 is True tester_ready || { note "not Ready: $(tester_gate)"; ok=0; }
+  note "Ready: $(tester_gate)"
+  t0=$SECONDS
+  device_link down
+  until_ok 30 is False tester_ready || ok=0
+  down=$((SECONDS - t0))
+  note "device link down: Ready False after $down s: $(tester_gate)"
+  t0=$SECONDS
+  device_link up
+  until_ok 60 is True tester_ready || ok=0
+  up=$((SECONDS - t0))
+  note "device link up: Ready True after $up s"
+  kc -n hil delete pod "$FO_TESTER" --wait=false >/dev/null
+  ((ok))
+}
+check "F5 a pod with edgelink.io/requires-devices: $FO_DEV and the readiness gate: Ready only while the device is reachable (link down, up)" f5_requires
+kc -n hil delete device "$FO_DEV" --wait=false >/dev/null 2>&1 || true
