@@ -45,6 +45,7 @@ fn rec(cid: &str) -> Record {
         allowed_targets: vec!["172.17.16.0/24".parse().unwrap()],
         reverse: vec![],
         dns: None,
+        health: None,
         created_at: 1,
         cni_config: None,
     }
