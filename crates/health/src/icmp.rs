@@ -6,11 +6,9 @@
 
 use crate::probe::{socket, ProbeError, Sockets};
 use edgelink_attachment::{HealthKind, HealthTarget};
-use socket2::{Protocol, Socket, Type};
+use socket2::{Protocol, Type};
 use std::hash::{BuildHasher, Hasher};
-use std::io::Read;
 use std::net::{IpAddr, SocketAddr};
-use tokio::io::unix::AsyncFd;
 
 const ECHO_REQUEST: [u8; 2] = [8, 128];
 const ECHO_REPLY: [u8; 2] = [0, 129];
@@ -86,18 +84,14 @@ pub async fn echo(sockets: &dyn Sockets, ip: IpAddr, seq: u16) -> Result<(), Pro
     let id = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish() as u16;
-    let fd = AsyncFd::new(s).map_err(io)?;
-    let packet = request(v6, id, seq);
-    loop {
-        let mut g = fd.writable().await.map_err(io)?;
-        if let Ok(r) = g.try_io(|s| s.get_ref().send(&packet)) {
-            r.map_err(io)?;
-            break;
-        }
-    }
+    // Driven as a tokio UDP socket: its send and recv are send(2) and
+    // recv(2) on a connected datagram (or raw) socket, which is what ICMP
+    // needs, without an AsyncFd registration (unsafe in tokio).
+    let fd = tokio::net::UdpSocket::from_std(s.into()).map_err(io)?;
+    fd.send(&request(v6, id, seq)).await.map_err(io)?;
     let mut buf = [0u8; 1500];
     for _ in 0..READS_MAX {
-        let n = read(&fd, &mut buf).await.map_err(io)?;
+        let n = fd.recv(&mut buf).await.map_err(io)?;
         if is_reply(&buf[..n], v6, raw, id, seq) {
             return Ok(());
         }
@@ -107,15 +101,6 @@ pub async fn echo(sockets: &dyn Sockets, ip: IpAddr, seq: u16) -> Result<(), Pro
         target,
         what: format!("no echo reply among {READS_MAX} packets"),
     })
-}
-
-async fn read(fd: &AsyncFd<Socket>, buf: &mut [u8]) -> std::io::Result<usize> {
-    loop {
-        let mut g = fd.readable().await?;
-        if let Ok(r) = g.try_io(|s| (&mut &*s.get_ref()).read(buf)) {
-            return r;
-        }
-    }
 }
 
 #[cfg(test)]

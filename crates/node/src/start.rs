@@ -6,6 +6,7 @@ use crate::kernel::KernelForwards;
 use crate::node::Node;
 use edgelink_attachment::Record;
 use edgelink_forward::factory::Factory;
+use edgelink_forward::health::{self, HealthRuntime, Prober};
 use edgelink_forward::private_side::{PrivateSide, CLUSTER_IFNAME};
 use edgelink_forward::reverse::ReverseSide;
 use edgelink_forward::ForwardRuntime;
@@ -112,8 +113,11 @@ impl Node {
             close,
             sockets: None,
             kernel: None,
+            health: None,
+            health_task: None,
         };
-        if a.forwards.is_empty() {
+        a.health = a.record.health.clone().map(|h| Arc::new(HealthRuntime::new(h)));
+        if a.forwards.is_empty() && a.health.is_none() {
             return a;
         }
         // The kernel path's own handle on the netns (the factory's thread
@@ -155,9 +159,41 @@ impl Node {
                     .map(Arc::new);
         }
         self.start_kernel(&mut a).await;
+        self.start_health(&mut a);
         tracing::info!(container = %a.record.container_id, ifname = %a.record.ifname,
             pod = %a.record.pod_name.as_deref().unwrap_or("-"), forwards = a.forwards.len(), "serving attachment");
         a
+    }
+
+    /// The device health probe of `a`, if it has one, from its netns: a
+    /// target the record names outside allowedTargets is not probed.
+    fn start_health(self: &Arc<Self>, a: &mut Attachment) {
+        let (Some(h), Some((factory, _))) = (a.health.clone(), a.sockets.as_ref()) else {
+            return;
+        };
+        if !h.spec.target.allowed(&a.record.allowed_targets) {
+            let why = format!(
+                "health target {} is outside allowedTargets {:?}: not probed",
+                h.spec.target, a.record.allowed_targets
+            );
+            tracing::warn!(container = %a.record.container_id, "{why}");
+            h.refuse(why);
+            return;
+        }
+        let node = Arc::downgrade(self);
+        let prober = Prober {
+            limiter: health::limiter_for(&h.spec, &a.forwards),
+            health: h,
+            sockets: factory.clone(),
+            stop: a.stop.subscribe(),
+            changed: Arc::new(move || {
+                if let Some(n) = node.upgrade() {
+                    n.changed();
+                }
+            }),
+            name: format!("{}/{}", a.record.container_id, a.record.ifname),
+        };
+        a.health_task = Some(tokio::spawn(health::run(prober)));
     }
 
     /// The kernel path's table of `a`, installed, and the task that copies
