@@ -4,7 +4,8 @@
 //! identifier and hands us only our replies), else a raw socket
 //! (CAP_NET_RAW), whose replies are matched by identifier and sequence.
 
-use crate::probe::{socket, ProbeError, Sockets};
+use crate::error::ProbeError;
+use crate::sockets::{socket, Sockets};
 use edgelink_attachment::{HealthKind, HealthTarget};
 use socket2::{Protocol, Type};
 use std::hash::{BuildHasher, Hasher};

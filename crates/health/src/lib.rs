@@ -10,10 +10,14 @@
 //! probes, and knows nothing of forwards or their limits.
 #![forbid(unsafe_code)]
 
+mod error;
 mod icmp;
 mod modbus;
 pub mod probe;
+mod sockets;
 pub mod tracker;
 
-pub use probe::{probe, ProbeError, Sockets};
+pub use error::ProbeError;
+pub use probe::probe;
+pub use sockets::Sockets;
 pub use tracker::{State, Tracker};

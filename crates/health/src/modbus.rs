@@ -2,7 +2,7 @@
 //! reply checked against the request (transaction id, protocol, unit,
 //! function); an exception reply is a failure naming its code.
 
-use crate::probe::ProbeError;
+use crate::error::ProbeError;
 use edgelink_attachment::{HealthKind, HealthTarget};
 use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

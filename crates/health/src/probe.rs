@@ -1,74 +1,14 @@
 //! One probe of a device, bounded by its timeout: the socket comes from
-//! [`Sockets`] (made inside the pod's namespace), the exchange is here.
+//! [`Sockets`] (made inside the pod's namespace); the TCP, HTTP and UDP
+//! exchanges are here, ICMP's and Modbus's in their own modules.
 
+use crate::error::ProbeError;
+use crate::sockets::{connect, socket, Sockets};
 use edgelink_attachment::{Health, HealthKind, HealthTarget};
-use socket2::{Domain, Protocol, Socket, Type};
-use std::future::Future;
-use std::io;
+use socket2::{Protocol, Type};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// Makes sockets where the probes must start from (the pod's netns).
-pub trait Sockets: Send + Sync {
-    fn socket(
-        &self,
-        domain: Domain,
-        ty: Type,
-        protocol: Protocol,
-    ) -> Pin<Box<dyn Future<Output = io::Result<Socket>> + Send + 'static>>;
-}
-
-/// Why a probe failed, naming the target and the step.
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    #[error("{kind} {target}: no answer within {ms} ms")]
-    Timeout {
-        kind: HealthKind,
-        target: HealthTarget,
-        ms: u64,
-    },
-    #[error("socket for {target} in the pod's netns: {source}")]
-    Socket {
-        target: HealthTarget,
-        source: io::Error,
-    },
-    #[error("connect {target}: {source}")]
-    Connect {
-        target: SocketAddr,
-        source: io::Error,
-    },
-    /// Sending or receiving after the connect.
-    #[error("{kind} {target}: {source}")]
-    Io {
-        kind: HealthKind,
-        target: HealthTarget,
-        source: io::Error,
-    },
-    #[error("http {target}{path}: status {got}, expected {want}")]
-    Status {
-        target: SocketAddr,
-        path: String,
-        got: u16,
-        want: String,
-    },
-    /// An answer that is not what the protocol says.
-    #[error("{kind} {target}: {what}")]
-    Malformed {
-        kind: HealthKind,
-        target: HealthTarget,
-        what: String,
-    },
-    #[error("modbus {target}: exception {code} ({name}) from unit {unit}")]
-    Exception {
-        target: SocketAddr,
-        unit: u8,
-        code: u8,
-        name: &'static str,
-    },
-}
 
 /// Run the probe `spec` asks for once, within its timeout; `seq` tells
 /// its answers from an earlier one's (ICMP sequence, Modbus transaction
@@ -102,30 +42,6 @@ pub async fn probe(spec: &Health, sockets: &dyn Sockets, seq: u16) -> Result<Dur
             ms,
         }),
     }
-}
-
-pub(crate) async fn socket(
-    sockets: &dyn Sockets,
-    target: HealthTarget,
-    ty: Type,
-    protocol: Protocol,
-) -> Result<Socket, ProbeError> {
-    let domain = match target.ip() {
-        std::net::IpAddr::V4(_) => Domain::IPV4,
-        std::net::IpAddr::V6(_) => Domain::IPV6,
-    };
-    let s = sockets.socket(domain, ty, protocol).await;
-    s.and_then(|s| s.set_nonblocking(true).map(|()| s))
-        .map_err(|source| ProbeError::Socket { target, source })
-}
-
-/// A TCP connection to `a` from the pod.
-pub(crate) async fn connect(sockets: &dyn Sockets, a: SocketAddr) -> Result<TcpStream, ProbeError> {
-    let s = socket(sockets, HealthTarget::Addr(a), Type::STREAM, Protocol::TCP).await?;
-    let s = tokio::net::TcpSocket::from_std_stream(s.into());
-    s.connect(a)
-        .await
-        .map_err(|source| ProbeError::Connect { target: a, source })
 }
 
 /// Bytes of an HTTP answer read at most to find its status line.
