@@ -160,16 +160,16 @@ fn target(
 
 fn default_target(kind: HealthKind, forwards: &[Forward]) -> Result<HealthTarget, PluginError> {
     let first = |p: Protocol| forwards.iter().find(|f| f.protocol == p);
-    let (found, add) = match kind {
-        HealthKind::Udp => (first(Protocol::Udp), "a UDP forward"),
-        _ => (first(Protocol::Tcp), "a TCP forward"),
+    let (found, what) = match kind {
+        HealthKind::Udp => (first(Protocol::Udp), "UDP forward"),
+        _ => (first(Protocol::Tcp), "TCP forward"),
     };
     match (kind, found) {
         (HealthKind::Icmp, Some(f)) => Ok(HealthTarget::Host(f.target.ip())),
         (_, Some(f)) => Ok(HealthTarget::Addr(f.target)),
         (_, None) => Err(missing(
             &at("target"),
-            &format!(" (type {kind} takes the target of the first {add} by default, and there is none: add health.target or {add})"),
+            &format!(" (type {kind} probes the first {what}'s target by default, and there is none: add health.target or a {what})"),
         )),
     }
 }

@@ -55,7 +55,7 @@ fn each_type_takes_its_own_keys_and_defaults() {
     assert_eq!((h.interval_ms, h.timeout_ms), (200, 50));
     let c = parse(
         &with_health(json!({"type": "modbus", "target": "172.17.16.120:502",
-        "register": 40001 - 40001 + 7})),
+        "register": 7})),
         "",
     )
     .unwrap();
