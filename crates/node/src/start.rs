@@ -116,7 +116,11 @@ impl Node {
             health: None,
             health_task: None,
         };
-        a.health = a.record.health.clone().map(|h| Arc::new(HealthRuntime::new(h)));
+        a.health = a
+            .record
+            .health
+            .clone()
+            .map(|h| Arc::new(HealthRuntime::new(h)));
         if a.forwards.is_empty() && a.health.is_none() {
             return a;
         }
