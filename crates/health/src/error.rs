@@ -19,6 +19,12 @@ pub enum ProbeError {
         target: HealthTarget,
         source: io::Error,
     },
+    #[error("icmp {target}: no ICMP socket in the pod's netns: datagram: {datagram} (the pod's net.ipv4.ping_group_range must include edgelinkd's group), raw: {raw} (edgelinkd needs CAP_NET_RAW)")]
+    IcmpSocket {
+        target: HealthTarget,
+        datagram: io::Error,
+        raw: io::Error,
+    },
     #[error("connect {target}: {source}")]
     Connect {
         target: SocketAddr,

@@ -63,6 +63,14 @@ pub fn is_reply(packet: &[u8], v6: bool, raw: bool, id: u16, seq: u16) -> bool {
     got_seq == seq && (!raw || got_id == id)
 }
 
+/// The system's error under a socket's [`ProbeError`].
+fn cause(e: ProbeError) -> std::io::Error {
+    match e {
+        ProbeError::Socket { source, .. } => source,
+        other => std::io::Error::other(other.to_string()),
+    }
+}
+
 pub async fn echo(sockets: &dyn Sockets, ip: IpAddr, seq: u16) -> Result<(), ProbeError> {
     let target = HealthTarget::Host(ip);
     let v6 = ip.is_ipv6();
@@ -73,7 +81,16 @@ pub async fn echo(sockets: &dyn Sockets, ip: IpAddr, seq: u16) -> Result<(), Pro
     };
     let (s, raw) = match socket(sockets, target, Type::DGRAM, proto).await {
         Ok(s) => (s, false),
-        Err(_) => (socket(sockets, target, Type::RAW, proto).await?, true),
+        Err(datagram) => match socket(sockets, target, Type::RAW, proto).await {
+            Ok(s) => (s, true),
+            Err(raw) => {
+                return Err(ProbeError::IcmpSocket {
+                    target,
+                    datagram: cause(datagram),
+                    raw: cause(raw),
+                })
+            }
+        },
     };
     let io = |source| ProbeError::Io {
         kind: HealthKind::Icmp,

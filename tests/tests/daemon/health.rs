@@ -219,13 +219,21 @@ fn icmp_health_is_answered_by_the_kernel_and_fails_with_the_link() {
     assert_error(&h, "icmp 172.31.250.10: no answer within 150 ms");
 }
 
+/// From an ICMP datagram socket: the pod's ping_group_range lets group 0
+/// make one (containerd 2 sets it so for every pod), and the probe tries
+/// it before a raw socket (the other tests, where the range is the
+/// kernel's default "1 0": raw, as root with CAP_NET_RAW).
 #[test]
-fn icmp_health_over_ipv6() {
+fn icmp_health_over_ipv6_from_a_datagram_socket() {
     let mut l = DLab::with(Opts {
         add: false,
         v6: true,
         ..Default::default()
     });
+    let set = l
+        .pod
+        .exec(&["sysctl", "-w", "net.ipv4.ping_group_range=0 2147483647"]);
+    assert!(set.status.success(), "{set:?}");
     l.conf["health"] =
         json!({"type": "icmp", "target": DEVICE_V6, "intervalMs": 200, "timeoutMs": 150});
     l.add();
