@@ -164,3 +164,43 @@ impl Prober {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::protect::{Admission, Limits, NoPlace, Protection, Turn};
+    use std::time::{Duration, Instant};
+
+    fn bound(max: Option<u32>) -> Protection {
+        Protection::new(Limits {
+            max_connections: max,
+            queue_timeout: Duration::from_secs(5),
+            max_queue: 8,
+            connect_retries: 0,
+            retry_backoff: Duration::from_millis(100),
+        })
+    }
+
+    #[test]
+    fn a_probe_takes_a_free_place_and_never_waits_or_passes_a_client() {
+        let p = bound(Some(1));
+        let probe = p.try_place().expect("a free place").expect("a bound");
+        assert_eq!(p.in_use(), Some(1), "the probe is one of the connections");
+        assert_eq!(p.try_place().unwrap_err(), NoPlace);
+        drop(probe);
+        let Turn::Decided(Admission::Go(Some(client))) = p.enqueue(Instant::now()) else {
+            panic!("the client gets the free place")
+        };
+        assert_eq!(p.try_place().unwrap_err(), NoPlace, "the client's place");
+        let waiting = p.enqueue(Instant::now());
+        assert!(matches!(waiting, Turn::Waiting { .. }), "{waiting:?}");
+        drop(client);
+        assert_eq!(
+            p.try_place().unwrap_err(),
+            NoPlace,
+            "the freed place is the waiting client's"
+        );
+        drop(waiting);
+        assert!(p.try_place().is_ok_and(|pl| pl.is_some()));
+        assert!(bound(None).try_place().is_ok_and(|pl| pl.is_none()));
+    }
+}
