@@ -81,6 +81,27 @@ fn assert_reached(h: &Value, state: &str) {
     );
 }
 
+/// Poll (10 s at most) until the health is `state`, holding at every
+/// look that it is `state` exactly when `enough` says the threshold is
+/// met (each report is one consistent snapshot): the state moves on the
+/// probe that reaches the threshold, neither before nor after it.
+fn watch_until(l: &DLab, state: &str, enough: impl Fn(&Value) -> bool) -> Value {
+    let s = l.wait_status(Duration::from_secs(10), &format!("health {state}"), |s| {
+        let h = health_of(s);
+        let reached = h["state"] == state;
+        let counted = h.get("probesTotal").is_some();
+        assert!(
+            !counted || reached == enough(&h),
+            "state and counts disagree: {h}"
+        );
+        if !reached {
+            assert_eq!(h["state"], "unknown", "{h}");
+        }
+        reached
+    });
+    health_of(&s)
+}
+
 fn start_http(l: &DLab) {
     let listener = l
         .dev
@@ -191,11 +212,11 @@ fn tcp_health_rises_then_falls_when_the_device_goes_and_replaces_the_reachabilit
 fn tcp_health_to_a_closed_port_says_refused() {
     let l = lab(
         &[],
-        json!({"target": format!("{DEVICE_V4}:{CLOSED}")}),
+        json!({"target": format!("{DEVICE_V4}:{CLOSED}"), "failureThreshold": 3}),
         json!([]),
     );
-    let h = wait_state(&l, "unreachable");
-    assert_reached(&h, "unreachable");
+    // Every probe fails: unreachable exactly from the third on.
+    let h = watch_until(&l, "unreachable", |h| n(h, "failuresTotal") >= 3);
     assert_error(&h, "connect 172.31.250.10:8081: Connection refused");
     assert!(
         h.get("lastSeen").is_none() && h.get("latencyMs").is_none(),
@@ -246,10 +267,14 @@ fn icmp_health_over_ipv6_from_a_datagram_socket() {
 fn http_health_reads_the_status_line() {
     let l = lab(
         &[],
-        json!({"type": "http", "target": format!("{DEVICE_V4}:{HTTP}"), "path": "/healthz", "expectStatus": 200}),
+        json!({"type": "http", "target": format!("{DEVICE_V4}:{HTTP}"), "path": "/healthz",
+            "expectStatus": 200, "successThreshold": 3}),
         json!([]),
     );
-    assert_reached(&wait_state(&l, "reachable"), "reachable");
+    // Every probe succeeds: reachable exactly from the third on.
+    let h = watch_until(&l, "reachable", |h| n(h, "probesTotal") >= 3);
+    assert_eq!(n(&h, "failuresTotal"), 0, "{h}");
+    assert_reached(&h, "reachable");
 }
 
 #[test]
