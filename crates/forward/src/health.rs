@@ -53,9 +53,9 @@ impl HealthRuntime {
         self.tracker.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Not probed at all (the record's target is outside allowedTargets):
-    /// stays unknown, with why.
-    pub fn refuse(&self, why: String) {
+    /// Not probed at all (the record's target is outside allowedTargets,
+    /// the netns could not be entered): stays unknown, with why.
+    pub fn not_probed(&self, why: String) {
         self.lock().error = Some(why);
     }
 

@@ -39,6 +39,32 @@ pub struct Attachment {
 }
 
 impl Attachment {
+    /// Attachment `record`, in netns `netns_id`, with its forwards'
+    /// runtimes; nothing started yet.
+    pub(crate) fn new(
+        record: Record,
+        netns_id: (u64, u64),
+        forwards: Vec<Arc<ForwardRuntime>>,
+    ) -> Attachment {
+        let health = record
+            .health
+            .clone()
+            .map(|h| Arc::new(HealthRuntime::new(h)));
+        Attachment {
+            record,
+            netns_id,
+            tasks: forwards.iter().map(|_| Vec::new()).collect(),
+            forwards,
+            error: None,
+            stop: watch::channel(false).0,
+            close: watch::channel(false).0,
+            sockets: None,
+            kernel: None,
+            health,
+            health_task: None,
+        }
+    }
+
     /// Stop serving and return once its tasks are gone, and with them its
     /// listeners: a replacement (a changed record) binds the same ports.
     pub(crate) async fn stop(self) {

@@ -6,13 +6,12 @@ use crate::kernel::KernelForwards;
 use crate::node::Node;
 use edgelink_attachment::Record;
 use edgelink_forward::factory::Factory;
-use edgelink_forward::health::{self, HealthRuntime, Prober};
+use edgelink_forward::health::{self, Prober};
 use edgelink_forward::private_side::{PrivateSide, CLUSTER_IFNAME};
 use edgelink_forward::reverse::ReverseSide;
 use edgelink_forward::ForwardRuntime;
 use edgelink_netns::Netns;
 use std::sync::Arc;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 impl Node {
@@ -92,8 +91,6 @@ impl Node {
 
     pub(crate) async fn start(self: &Arc<Self>, rec: Record, ns: Netns) -> Attachment {
         let netns_id = ns.id().unwrap_or_default();
-        let (stop, _) = watch::channel(false);
-        let (close, _) = watch::channel(false);
         let defaults = self.settings.defaults.clone();
         let forwards: Vec<Arc<ForwardRuntime>> = rec
             .forwards
@@ -103,24 +100,7 @@ impl Node {
             .chain(self.reverse_forwards(&rec))
             .map(Arc::new)
             .collect();
-        let mut a = Attachment {
-            record: rec,
-            netns_id,
-            tasks: forwards.iter().map(|_| Vec::new()).collect(),
-            forwards,
-            error: None,
-            stop,
-            close,
-            sockets: None,
-            kernel: None,
-            health: None,
-            health_task: None,
-        };
-        a.health = a
-            .record
-            .health
-            .clone()
-            .map(|h| Arc::new(HealthRuntime::new(h)));
+        let mut a = Attachment::new(rec, netns_id, forwards);
         if a.forwards.is_empty() && a.health.is_none() {
             return a;
         }
@@ -142,6 +122,9 @@ impl Node {
             Ok(f) => f,
             Err(e) => {
                 a.error = Some(format!("cannot enter netns {}: {e}", a.record.netns));
+                if let Some(h) = &a.health {
+                    h.not_probed(format!("not probed: {}", a.error.as_deref().unwrap_or("")));
+                }
                 tracing::warn!(netns = %a.record.netns, error = %e, "cannot enter the attachment's netns");
                 return a;
             }
@@ -181,7 +164,7 @@ impl Node {
                 h.spec.target, a.record.allowed_targets
             );
             tracing::warn!(container = %a.record.container_id, "{why}");
-            h.refuse(why);
+            h.not_probed(why);
             return;
         }
         let node = Arc::downgrade(self);
