@@ -11,6 +11,7 @@
 
 pub mod control;
 mod forward;
+mod health;
 mod naming;
 mod reverse;
 mod store;
@@ -20,6 +21,7 @@ pub use control::{
     DAEMON_SOCKET, RETIRED_ALIAS,
 };
 pub use forward::{Forward, ForwardPath, Protocol, ProxyProtocol};
+pub use health::{Health, HealthKind, HealthTarget};
 pub use reverse::{Dns, Reverse, Target, TargetError};
 pub use store::{Listed, RecordStore, STALE_TEMP};
 
@@ -68,6 +70,11 @@ pub struct Record {
     /// for reverse targets that are names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<Dns>,
+    /// The device health probe (`health`), run by the daemon. Absent in
+    /// records written before it existed, and when none is configured
+    /// (an older daemon ignores the key: it serves the forwards as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     /// The network configuration ADD ran with (without `prevResult`), so a

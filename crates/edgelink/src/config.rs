@@ -3,12 +3,13 @@
 //! (code 7 unless noted). docs/configuration.md is the user-facing contract.
 
 use crate::error::PluginError;
-use edgelink_attachment::{Dns, Forward, Reverse};
+use edgelink_attachment::{Dns, Forward, Health, Reverse};
 use edgelink_cni_spec::env::is_valid_ifname;
 use edgelink_cni_spec::{codes, CniError, Env, NetConf};
 use edgelink_ipam::IpamConfig;
 use edgelink_netlink::MacvlanMode;
 use forwards::parse_forwards;
+use health::parse_health;
 use ipnetwork::IpNetwork;
 use reverse::{check_reverse, parse_dns, parse_reverse};
 use serde_json::{Map, Value};
@@ -16,6 +17,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 mod forwards;
+pub mod health;
 pub mod keys;
 mod reverse;
 
@@ -92,6 +94,8 @@ pub struct Config {
     pub allow_foreign_sources: bool,
     /// `runtimeConfig.dns`, else `dns`: the resolver for reverse targets.
     pub dns: Option<Dns>,
+    /// `health`: the device health probe, defaults filled in.
+    pub health: Option<Health>,
 }
 
 /// Settings that must be read even from a config that is otherwise bad
@@ -432,6 +436,7 @@ impl Config {
 
         let forwards = parse_forwards(o)?;
         let allowed_targets = parse_cidr_list(o, "allowedTargets")?;
+        let health = parse_health(o, &forwards)?;
         let reverse = parse_reverse(o, &forwards)?;
         let allow_foreign_sources = get_bool(o, "allowForeignSources")?;
         let dns = parse_dns(
@@ -453,6 +458,7 @@ impl Config {
             reverse,
             allow_foreign_sources,
             dns,
+            health,
         };
         // With the built-in IPAM the subnets are known now: check targets
         // before anything is touched. Delegated IPAM is checked after ADD.
@@ -476,15 +482,34 @@ impl Config {
         }
     }
 
-    /// Every forward's target must lie inside the allowed networks.
+    /// Every forward's target, and the health probe's, must lie inside the
+    /// allowed networks.
     pub fn check_targets(&self, own: &[IpNetwork]) -> Result<(), PluginError> {
         let allowed = self.allowed(own);
-        for (i, f) in self.forwards.iter().enumerate() {
-            if !f.target_allowed(&allowed) {
+        let targets = self
+            .forwards
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                (
+                    format!("forwards[{i}].target"),
+                    f.target_allowed(&allowed),
+                    f.target.to_string(),
+                )
+            })
+            .chain(self.health.iter().map(|h| {
+                (
+                    "health.target".to_string(),
+                    h.target.allowed(&allowed),
+                    h.target.to_string(),
+                )
+            }));
+        for (field, inside, target) in targets {
+            if !inside {
                 let list: Vec<String> = allowed.iter().map(|n| n.to_string()).collect();
                 return Err(bad(
-                    &format!("forwards[{i}].target"),
-                    &Value::String(f.target.to_string()),
+                    &field,
+                    &Value::String(target),
                     &format!(
                         "is outside the allowed targets [{}] ({})",
                         list.join(", "),

@@ -325,11 +325,14 @@ pub struct RunArgs {
     /// Ready upstream TCP sockets kept per pod namespace (0: make each on demand).
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=4096))]
     pub socket_pool: u32,
-    /// How often to probe TCP targets that saw no connection (seconds, 0: never).
+    /// How often to probe TCP targets that saw no connection (seconds, 0:
+    /// never); attachments with `health` in their config probe that way
+    /// instead.
     #[arg(long, default_value = "30", value_parser = secs)]
     pub probe_interval: Duration,
-    /// POST the status JSON here when attachments or forward states change,
-    /// and every --status-webhook-interval (edgelink-operator's /v1/status).
+    /// POST the status JSON here when attachments, forward states or device
+    /// health change, and every --status-webhook-interval
+    /// (edgelink-operator's /v1/status).
     #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK", value_parser = webhook)]
     pub status_webhook: Option<String>,
     /// The webhook's URL is this file's content, read again before each

@@ -66,6 +66,9 @@ pub struct Ctx {
     pub stop: watch::Receiver<bool>,
     /// Set when the attachment is gone: its connections end too.
     pub close: watch::Receiver<bool>,
+    /// Whether the forward's reachability probe runs (`--probe-interval`):
+    /// not when the attachment has a `health` probe, which replaces it.
+    pub reachability_probe: bool,
 }
 
 impl Ctx {
@@ -114,6 +117,7 @@ impl Ctx {
             private: self.private.clone(),
             stop: self.stop.clone(),
             close: self.close.clone(),
+            reachability_probe: self.reachability_probe,
         }
     }
 }

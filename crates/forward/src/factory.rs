@@ -27,6 +27,8 @@ enum Request {
     Udp(Domain, oneshot::Sender<io::Result<Socket>>),
     Listener(SocketAddr, bool, oneshot::Sender<io::Result<Socket>>),
     IfIndex(String, oneshot::Sender<io::Result<u32>>),
+    /// Any socket (the health probes': TCP, UDP, ICMP datagram or raw).
+    Socket(Domain, Type, Protocol, oneshot::Sender<io::Result<Socket>>),
     Refill,
 }
 
@@ -167,6 +169,9 @@ impl Factory {
                                     .map_err(io::Error::from),
                             );
                         }
+                        Request::Socket(d, t, p, reply) => {
+                            let _ = reply.send(Socket::new(d, t.cloexec(), Some(p)));
+                        }
                         Request::Refill => {
                             let Some(f) = weak.upgrade() else { return };
                             f.refill();
@@ -263,6 +268,24 @@ impl SocketSource for Factory {
     fn tcp_socket(&self, target: SocketAddr) -> BoxFuture<'static, io::Result<Socket>> {
         let (tx, rx) = oneshot::channel();
         self.send(Request::Tcp(Domain::for_address(target), tx));
+        Box::pin(async move {
+            rx.await
+                .map_err(|_| io::Error::other("netns thread is gone"))?
+        })
+    }
+}
+
+/// The health probes' sockets, made inside the pod's namespace.
+impl edgelink_health::Sockets for Factory {
+    fn socket(
+        &self,
+        domain: Domain,
+        ty: Type,
+        protocol: Protocol,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<Socket>> + Send + 'static>>
+    {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Socket(domain, ty, protocol, tx));
         Box::pin(async move {
             rx.await
                 .map_err(|_| io::Error::other("netns thread is gone"))?

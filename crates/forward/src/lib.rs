@@ -16,7 +16,8 @@
 //! - `protect`: the device's protection (queue, retries, latency).
 //! - `private_side`: which side of the pod a connection came from.
 //! - `reverse`, `follow`: reverse forwards and the names they follow.
-//! - `probe`: the reachability probe.
+//! - `probe`: the reachability probe; [`health`]: the attachment's device
+//!   health probe, which replaces it.
 //! - [`factory::Factory`]: the thread that makes sockets inside the pod's
 //!   namespace; `sockopt`: socket options.
 //! - [`workers::Workers`]: the worker threads that serve connections.
@@ -27,6 +28,7 @@ mod connection;
 pub mod ctx;
 pub mod factory;
 mod follow;
+pub mod health;
 mod listen;
 pub mod private_side;
 mod probe;

@@ -258,6 +258,23 @@ impl Protection {
         })
     }
 
+    /// A place for a health probe: free now, or none. Never queued, never
+    /// beyond the bound, and never while a client waits or a debt is
+    /// unpaid (the probe must not pass a client). `Ok(None)`: the forward
+    /// has no bound.
+    pub fn try_place(&self) -> Result<Option<Place>, NoPlace> {
+        let Some(slots) = &self.slots else {
+            return Ok(None);
+        };
+        if self.queued.load(Ordering::Acquire) > 0 || self.debt.load(Ordering::Acquire) > 0 {
+            return Err(NoPlace);
+        }
+        match slots.clone().try_acquire_owned() {
+            Ok(p) => Ok(Some(self.place(p))),
+            Err(_) => Err(NoPlace),
+        }
+    }
+
     /// Connections to the target now (places out, those beyond the bound
     /// included).
     pub fn in_use(&self) -> Option<u64> {
@@ -266,6 +283,10 @@ impl Protection {
         Some(max.saturating_sub(slots.available_permits() as u64))
     }
 }
+
+/// Every place under `maxConnections` is taken, or clients wait for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoPlace;
 
 type Acquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 

@@ -14,7 +14,9 @@ use tokio::task::JoinHandle;
 pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     let f = ctx.forward.clone();
     let spec = &f.spec;
-    let probe = spec.protocol == Protocol::Tcp && !ctx.shared.settings.probe_interval.is_zero();
+    let probe = ctx.reachability_probe
+        && spec.protocol == Protocol::Tcp
+        && !ctx.shared.settings.probe_interval.is_zero();
     if spec.path == ForwardPath::Kernel {
         // Its table is the attachment's (edgelink-node's kernel module);
         // only the probe that keeps its reachability fresh runs here.

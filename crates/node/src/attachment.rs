@@ -4,6 +4,7 @@
 use crate::kernel::KernelForwards;
 use edgelink_attachment::Record;
 use edgelink_forward::factory::Factory;
+use edgelink_forward::health::HealthRuntime;
 use edgelink_forward::private_side::PrivateSide;
 use edgelink_forward::{Ctx, ForwardRuntime, Shared};
 use edgelink_status::AttachmentStatus;
@@ -32,18 +33,49 @@ pub struct Attachment {
     pub(crate) sockets: Option<(Arc<Factory>, PrivateSide)>,
     /// Its `"path": "kernel"` forwards' table, if it has any.
     pub(crate) kernel: Option<Arc<KernelForwards>>,
+    /// Its device health (`health`), and the task that probes it.
+    pub health: Option<Arc<HealthRuntime>>,
+    pub(crate) health_task: Option<JoinHandle<()>>,
 }
 
 impl Attachment {
+    /// Attachment `record`, in netns `netns_id`, with its forwards'
+    /// runtimes; nothing started yet.
+    pub(crate) fn new(
+        record: Record,
+        netns_id: (u64, u64),
+        forwards: Vec<Arc<ForwardRuntime>>,
+    ) -> Attachment {
+        let health = record
+            .health
+            .clone()
+            .map(|h| Arc::new(HealthRuntime::new(h)));
+        Attachment {
+            record,
+            netns_id,
+            tasks: forwards.iter().map(|_| Vec::new()).collect(),
+            forwards,
+            error: None,
+            stop: watch::channel(false).0,
+            close: watch::channel(false).0,
+            sockets: None,
+            kernel: None,
+            health,
+            health_task: None,
+        }
+    }
+
     /// Stop serving and return once its tasks are gone, and with them its
     /// listeners: a replacement (a changed record) binds the same ports.
     pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.close.send(true);
-        for t in self.tasks.iter().flatten() {
+        let tasks = self.tasks.into_iter().flatten().chain(self.health_task);
+        let tasks: Vec<JoinHandle<()>> = tasks.collect();
+        for t in &tasks {
             t.abort();
         }
-        for t in self.tasks.into_iter().flatten() {
+        for t in tasks {
             let _ = t.await;
         }
         // After its refresh task is gone: the table goes too.
@@ -84,6 +116,7 @@ impl Attachment {
             private: private.clone(),
             stop: self.stop.subscribe(),
             close: self.close.subscribe(),
+            reachability_probe: self.record.health.is_none(),
         };
         Some((ctx, std::mem::take(&mut self.tasks[i])))
     }
@@ -106,6 +139,7 @@ impl Attachment {
             .into(),
             error: self.error.clone(),
             forwards: self.forwards.iter().map(|f| f.report()).collect(),
+            health: self.health.as_ref().map(|h| h.report()),
         }
     }
 }

@@ -93,6 +93,7 @@ mod tests {
             allowed_targets: vec![],
             reverse: vec![],
             dns: None,
+            health: None,
             created_at: 0,
             cni_config: config,
             pid_namespace: None,

@@ -6,12 +6,12 @@ use crate::kernel::KernelForwards;
 use crate::node::Node;
 use edgelink_attachment::Record;
 use edgelink_forward::factory::Factory;
+use edgelink_forward::health::{self, Prober};
 use edgelink_forward::private_side::{PrivateSide, CLUSTER_IFNAME};
 use edgelink_forward::reverse::ReverseSide;
 use edgelink_forward::ForwardRuntime;
 use edgelink_netns::Netns;
 use std::sync::Arc;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 impl Node {
@@ -91,8 +91,6 @@ impl Node {
 
     pub(crate) async fn start(self: &Arc<Self>, rec: Record, ns: Netns) -> Attachment {
         let netns_id = ns.id().unwrap_or_default();
-        let (stop, _) = watch::channel(false);
-        let (close, _) = watch::channel(false);
         let defaults = self.settings.defaults.clone();
         let forwards: Vec<Arc<ForwardRuntime>> = rec
             .forwards
@@ -102,18 +100,8 @@ impl Node {
             .chain(self.reverse_forwards(&rec))
             .map(Arc::new)
             .collect();
-        let mut a = Attachment {
-            record: rec,
-            netns_id,
-            tasks: forwards.iter().map(|_| Vec::new()).collect(),
-            forwards,
-            error: None,
-            stop,
-            close,
-            sockets: None,
-            kernel: None,
-        };
-        if a.forwards.is_empty() {
+        let mut a = Attachment::new(rec, netns_id, forwards);
+        if a.forwards.is_empty() && a.health.is_none() {
             return a;
         }
         // The kernel path's own handle on the netns (the factory's thread
@@ -134,6 +122,9 @@ impl Node {
             Ok(f) => f,
             Err(e) => {
                 a.error = Some(format!("cannot enter netns {}: {e}", a.record.netns));
+                if let Some(h) = &a.health {
+                    h.not_probed(format!("not probed: {}", a.error.as_deref().unwrap_or("")));
+                }
                 tracing::warn!(netns = %a.record.netns, error = %e, "cannot enter the attachment's netns");
                 return a;
             }
@@ -155,9 +146,41 @@ impl Node {
                     .map(Arc::new);
         }
         self.start_kernel(&mut a).await;
+        self.start_health(&mut a);
         tracing::info!(container = %a.record.container_id, ifname = %a.record.ifname,
             pod = %a.record.pod_name.as_deref().unwrap_or("-"), forwards = a.forwards.len(), "serving attachment");
         a
+    }
+
+    /// The device health probe of `a`, if it has one, from its netns: a
+    /// target the record names outside allowedTargets is not probed.
+    fn start_health(self: &Arc<Self>, a: &mut Attachment) {
+        let (Some(h), Some((factory, _))) = (a.health.clone(), a.sockets.as_ref()) else {
+            return;
+        };
+        if !h.spec.target.allowed(&a.record.allowed_targets) {
+            let why = format!(
+                "health target {} is outside allowedTargets {:?}: not probed",
+                h.spec.target, a.record.allowed_targets
+            );
+            tracing::warn!(container = %a.record.container_id, "{why}");
+            h.not_probed(why);
+            return;
+        }
+        let node = Arc::downgrade(self);
+        let prober = Prober {
+            limiter: health::limiter_for(&h.spec, &a.forwards),
+            health: h,
+            sockets: factory.clone(),
+            stop: a.stop.subscribe(),
+            changed: Arc::new(move || {
+                if let Some(n) = node.upgrade() {
+                    n.changed();
+                }
+            }),
+            name: format!("{}/{}", a.record.container_id, a.record.ifname),
+        };
+        a.health_task = Some(tokio::spawn(health::run(prober)));
     }
 
     /// The kernel path's table of `a`, installed, and the task that copies

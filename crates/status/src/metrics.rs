@@ -135,17 +135,8 @@ const GAUGES: [(&str, &str); 5] = [
 
 /// A forward's series: its pod, attachment and forward.
 fn labels(a: &AttachmentStatus, f: &ForwardStatus) -> Labels {
-    vec![
-        (
-            "pod_namespace".into(),
-            a.pod_namespace.clone().unwrap_or_default(),
-        ),
-        ("pod".into(), a.pod_name.clone().unwrap_or_default()),
-        (
-            "container_id".into(),
-            a.container_id.chars().take(12).collect(),
-        ),
-        ("network".into(), a.network.clone()),
+    let mut l = labels_of(a);
+    l.extend([
         ("forward".into(), f.name.clone()),
         ("protocol".into(), f.protocol.clone()),
         ("path".into(), f.path.clone()),
@@ -155,7 +146,8 @@ fn labels(a: &AttachmentStatus, f: &ForwardStatus) -> Labels {
             "direction".into(),
             f.direction.clone().unwrap_or_else(|| "forward".into()),
         ),
-    ]
+    ]);
+    l
 }
 
 fn counter_values(f: &ForwardStatus) -> [u64; COUNTERS.len()] {
@@ -230,6 +222,76 @@ fn register_forwards(reg: &mut Registry, status: &Status) {
     for ((n, h), fam) in GAUGES.into_iter().zip(gauges) {
         reg.register(n, h, fam);
     }
+}
+
+/// An attachment's health series: its pod and attachment, the probe's
+/// type and target.
+fn health_labels(a: &AttachmentStatus, h: &crate::HealthStatus) -> Labels {
+    let mut l = labels_of(a);
+    l.push(("type".into(), h.kind.clone()));
+    l.push(("target".into(), h.target.clone()));
+    l
+}
+
+/// The attachment's own labels (those of [`labels`] before the forward's).
+fn labels_of(a: &AttachmentStatus) -> Labels {
+    vec![
+        (
+            "pod_namespace".into(),
+            a.pod_namespace.clone().unwrap_or_default(),
+        ),
+        ("pod".into(), a.pod_name.clone().unwrap_or_default()),
+        (
+            "container_id".into(),
+            a.container_id.chars().take(12).collect(),
+        ),
+        ("network".into(), a.network.clone()),
+    ]
+}
+
+/// Every attachment's device health: up (absent while unknown), probes
+/// by result, the last successful probe's latency.
+fn register_health(reg: &mut Registry, status: &Status) {
+    let up: Family<Labels, Gauge> = Family::default();
+    let probes: Family<Labels, Counter> = Family::default();
+    let latency: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+    for a in &status.attachments {
+        let Some(h) = &a.health else { continue };
+        let labels = health_labels(a, h);
+        match h.state.as_str() {
+            "reachable" => up.get_or_create(&labels).set(1),
+            "unreachable" => up.get_or_create(&labels).set(0),
+            _ => 0,
+        };
+        let ok = h.probes_total.saturating_sub(h.failures_total);
+        for (result, n) in [
+            ("success", ok),
+            ("failure", h.failures_total),
+            ("skipped", h.skipped_total),
+        ] {
+            let mut l = labels.clone();
+            l.push(("result".into(), result.into()));
+            probes.get_or_create(&l).inc_by(n);
+        }
+        if let Some(ms) = h.latency_ms {
+            latency.get_or_create(&labels).set(ms / 1000.0);
+        }
+    }
+    reg.register(
+        "health_up",
+        "1 when the attachment's device health probe says reachable, 0 unreachable; absent while unknown",
+        up,
+    );
+    reg.register(
+        "health_probes",
+        "Device health probes by result (skipped: no free place under the target forward's maxConnections)",
+        probes,
+    );
+    reg.register(
+        "health_latency_seconds",
+        "How long the last successful device health probe took",
+        latency,
+    );
 }
 
 /// A figure of the node as a whole.
@@ -318,6 +380,7 @@ pub fn render(d: &dyn Source, commit: &str) -> String {
     let status = d.status();
     let mut reg = Registry::with_prefix("edgelink");
     register_forwards(&mut reg, &status);
+    register_health(&mut reg, &status);
     register_node(&mut reg, &status, d.gauges(), commit);
     let mut out = String::new();
     let _ = encode(&mut out, &reg);

@@ -166,6 +166,39 @@ pub struct ForwardStatus {
     pub reachability: Reachability,
 }
 
+/// An attachment's device health (its `health` probe), as the operator
+/// reads it (docs/status.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthStatus {
+    /// `tcp`, `icmp`, `http`, `udp` or `modbus`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub target: String,
+    /// `reachable`, `unreachable` or `unknown`.
+    pub state: String,
+    /// Unix seconds of the last transition (or of the start).
+    pub since: u64,
+    pub since_ms: u64,
+    /// Unix seconds of the last successful probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<u64>,
+    /// Unix seconds of the last probe (absent before the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<u64>,
+    /// Of the last successful probe, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    /// Of the last failed probe; absent after a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub probes_total: u64,
+    pub failures_total: u64,
+    /// Probes not sent: the device had no free place under the target
+    /// forward's `maxConnections`.
+    pub skipped_total: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachmentStatus {
@@ -184,6 +217,9 @@ pub struct AttachmentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub forwards: Vec<ForwardStatus>,
+    /// The device health probe; absent when none is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,10 +1,10 @@
 //! `edgelinkd status`: a running daemon's /status as a table, narrowed to
 //! a namespace, a pod or a forward, with an exit status for scripts and
 //! probes: 0 when everything shown is well, [`EXIT_UNWELL`] when a listener
-//! failed, a target is unreachable, an attachment failed or a record is
-//! malformed; 1 when the daemon cannot be asked.
+//! failed, a target or a device's health is unreachable, an attachment
+//! failed or a record is malformed; 1 when the daemon cannot be asked.
 
-use crate::{AttachmentStatus, ForwardStatus, Status};
+use crate::{AttachmentStatus, ForwardStatus, HealthStatus, Status};
 
 /// Something shown is not well.
 pub const EXIT_UNWELL: i32 = 2;
@@ -136,6 +136,14 @@ pub fn unwell(s: &Status) -> Vec<String> {
                 ));
             }
         }
+        if let Some(h) = a.health.as_ref().filter(|h| h.state == "unreachable") {
+            out.push(format!(
+                "{pod}: health: {} {} is unreachable: {}",
+                h.kind,
+                h.target,
+                h.error.as_deref().unwrap_or("")
+            ));
+        }
     }
     for m in &s.malformed_records {
         out.push(format!("malformed record {}", m.path));
@@ -225,12 +233,40 @@ pub fn table(s: &Status) -> String {
                 ),
             ]);
         }
+        if let Some(h) = &a.health {
+            rows.push(health_row(pod.clone(), addr.clone(), h));
+        }
     }
     out.push_str(&layout(&rows));
     for m in &s.malformed_records {
         out.push_str(&format!("malformed record {}: {}\n", m.path, m.error));
     }
     out
+}
+
+/// The device health probe's line: `health/<type>` in FORWARD, its
+/// counts where a forward has its connections, its state and latency (or
+/// its last error) last.
+fn health_row(pod: String, addr: String, h: &HealthStatus) -> [String; N] {
+    let mut row: [String; N] = Default::default();
+    row[0] = pod;
+    row[1] = addr;
+    row[2] = format!("health/{}", h.kind);
+    row[3] = h.target.clone();
+    row[4] = "-".into();
+    row[6] = h.probes_total.to_string();
+    row[11] = h.failures_total.to_string();
+    let detail = match (&h.error, h.latency_ms) {
+        (Some(e), _) => format!(" / {e}"),
+        (None, Some(ms)) => format!(" ({ms:.2} ms)"),
+        (None, None) => String::new(),
+    };
+    let skipped = match h.skipped_total {
+        0 => String::new(),
+        n => format!(" [{n} skipped: no free place]"),
+    };
+    row[N - 1] = format!("{}{detail}{skipped}", h.state);
+    row
 }
 
 #[cfg(test)]
@@ -314,6 +350,7 @@ mod tests {
                 state: "serving".into(),
                 error: None,
                 forwards,
+                health: None,
             }],
             malformed_records: vec![],
             reclaimed_total: 0,
@@ -398,6 +435,37 @@ mod tests {
         assert!(
             lines[2].starts_with("hil/p  -        api/tcp  172.17.16.120:5000"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn health_has_a_line_of_its_own_and_unreachable_is_unwell() {
+        let mut s = status(vec![forward("api", "tcp")], "p");
+        s.attachments[0].health = Some(HealthStatus {
+            kind: "modbus".into(),
+            target: "172.17.16.120:502".into(),
+            state: "unreachable".into(),
+            since: 1,
+            since_ms: 1000,
+            last_seen: None,
+            checked_at: Some(2),
+            latency_ms: None,
+            error: Some(
+                "modbus 172.17.16.120:502: exception 2 (illegal data address) from unit 1".into(),
+            ),
+            probes_total: 3,
+            failures_total: 3,
+            skipped_total: 1,
+        });
+        let t = table(&s);
+        let line = t.lines().find(|l| l.contains("health/modbus")).expect(&t);
+        assert!(line.contains("172.17.16.120:502"), "{t}");
+        assert!(line.ends_with("unreachable / modbus 172.17.16.120:502: exception 2 (illegal data address) from unit 1 [1 skipped: no free place]"), "{t}");
+        let u = unwell(&s);
+        assert!(
+            u.iter()
+                .any(|l| l.contains("health: modbus 172.17.16.120:502 is unreachable")),
+            "{u:?}"
         );
     }
 }

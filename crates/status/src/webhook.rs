@@ -1,10 +1,12 @@
 //! The status webhook: POST the status JSON when attachments come or go,
-//! when a forward's listener or reachability changes (looked at each
-//! second), and at least every `--status-webhook-interval` (the counters,
-//! and a heartbeat: edgelink-operator takes a node that stopped reporting
-//! as unknown). Only the latest state is sent; failures are retried with
-//! exponential backoff (1 s to 60 s), each logged with its cause (the name
-//! did not resolve, the connection was refused, the token was refused).
+//! when a forward's listener or reachability or an attachment's health
+//! changes (at once when the node says so through [`Source::changes`], as
+//! a health transition does; else looked at each second), and at least
+//! every `--status-webhook-interval` (the counters, and a heartbeat:
+//! edgelink-operator takes a node that stopped reporting as unknown).
+//! Only the latest state is sent; failures are retried with exponential
+//! backoff (1 s to 60 s), each logged with its cause (the name did not
+//! resolve, the connection was refused, the token was refused).
 //!
 //! The URL is `--status-webhook URL`, fixed, or the content of
 //! `--status-webhook-file FILE`, read again before every POST and every
@@ -91,8 +93,8 @@ impl UrlSource {
     }
 }
 
-/// What makes a POST due at once: the attachments and, per forward, its
-/// listener and reachability (not its counters).
+/// What makes a POST due at once: the attachments and their health state,
+/// and, per forward, its listener and reachability (not its counters).
 fn signature(s: &Status) -> Vec<(String, String, String, String, String)> {
     s.attachments
         .iter()
@@ -113,7 +115,10 @@ fn signature(s: &Status) -> Vec<(String, String, String, String, String)> {
                 a.state.clone(),
                 String::new(),
                 String::new(),
-                String::new(),
+                a.health
+                    .as_ref()
+                    .map(|h| format!("health {}", h.state))
+                    .unwrap_or_default(),
             )
         }))
         .collect()

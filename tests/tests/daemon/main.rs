@@ -11,6 +11,7 @@ mod lab;
 mod cli;
 mod handover;
 mod handover_races;
+mod health;
 mod kernel_path;
 mod lifecycle;
 mod limits;

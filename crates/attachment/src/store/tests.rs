@@ -45,6 +45,7 @@ fn rec(cid: &str) -> Record {
         allowed_targets: vec!["172.17.16.0/24".parse().unwrap()],
         reverse: vec![],
         dns: None,
+        health: None,
         created_at: 1,
         cni_config: None,
     }
@@ -332,4 +333,37 @@ fn numbers_in_cni_config_survive_write_and_read_exactly() {
         s.read("c1", "net1").unwrap().unwrap().encode().unwrap(),
         r.encode().unwrap()
     );
+}
+
+#[test]
+fn health_is_absent_from_records_without_it_and_round_trips_with_it() {
+    // A record written before `health` existed (or without the key) reads
+    // as no health, and one without health is written without the key: a
+    // daemon of either side of an upgrade reads the same bytes.
+    let plain = rec("c1");
+    let text = String::from_utf8(plain.encode().unwrap()).unwrap();
+    assert!(!text.contains("health"), "{text}");
+    let back = Record::parse(Path::new("x"), text.as_bytes()).unwrap();
+    assert_eq!(back.health, None);
+    let mut with = rec("c2");
+    with.health = Some(crate::Health {
+        kind: crate::HealthKind::Http,
+        target: "172.17.16.120:8080".parse().unwrap(),
+        path: Some("/healthz".into()),
+        expect_status: Some(200),
+        payload: None,
+        unit_id: None,
+        register: None,
+        interval_ms: 2000,
+        timeout_ms: 1000,
+        failure_threshold: 2,
+        success_threshold: 2,
+    });
+    let text = with.encode().unwrap();
+    assert_eq!(Record::parse(Path::new("x"), &text).unwrap(), with);
+    // What an older daemon does with it: the record as it knew records,
+    // the key ignored (records are read without deny_unknown_fields).
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    assert_eq!(v["health"]["type"], "http");
+    assert_eq!(v["health"]["expectStatus"], 200);
 }

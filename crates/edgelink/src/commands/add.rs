@@ -217,6 +217,7 @@ fn add(
         allowed_targets: cfg.allowed(&own),
         reverse: cfg.reverse_for(&own),
         dns: cfg.dns.clone(),
+        health: cfg.health.clone(),
         created_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

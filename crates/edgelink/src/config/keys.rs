@@ -50,6 +50,7 @@ const TOP: &[&str] = &[
     "allowedTargets",
     "reverse",
     "allowForeignSources",
+    "health",
 ];
 
 const ENTRY: &[&str] = &[
@@ -67,6 +68,22 @@ const ENTRY: &[&str] = &[
 ];
 
 const REVERSE: &[&str] = &["allowedSources"];
+
+/// `health`'s keys, of every type (a key of another type is an error of
+/// the config, not an unknown key).
+const HEALTH: &[&str] = &[
+    "type",
+    "target",
+    "path",
+    "expectStatus",
+    "payload",
+    "unitId",
+    "register",
+    "intervalMs",
+    "timeoutMs",
+    "failureThreshold",
+    "successThreshold",
+];
 
 /// The built-in IPAM's keys (a delegated IPAM's are its plugin's).
 const IPAM: &[&str] = &[
@@ -97,7 +114,7 @@ impl fmt::Display for UnknownKey {
 
 /// Every key of `conf` (a network configuration object) that edgelink
 /// does not know, in document order: the top level, each entry of
-/// `forwards` and `reverse`, and the built-in IPAM's objects.
+/// `forwards` and `reverse`, `health`, and the built-in IPAM's objects.
 pub fn unknown_keys(conf: &Value) -> Vec<UnknownKey> {
     let mut out = Vec::new();
     let Value::Object(o) = conf else {
@@ -112,6 +129,9 @@ pub fn unknown_keys(conf: &Value) -> Vec<UnknownKey> {
                 check(eo, &format!("{list}[{i}]."), &known, &mut out);
             }
         }
+    }
+    if let Some(Value::Object(ho)) = o.get("health") {
+        check(ho, "health.", HEALTH, &mut out);
     }
     if let Some(Value::Object(io)) = o.get("ipam") {
         let builtin = match io.get("type") {
@@ -196,6 +216,7 @@ mod tests {
             "uplnk": "eth1", "isgateway": true, "colour": "blue",
             "forwards": [{"name": "a", "port": 1, "target": "10.0.0.1:1", "protocl": "udp"}],
             "reverse": [{"name": "b", "port": 2, "target": "x:1", "allowedSource": []}],
+            "health": {"type": "http", "intervalMS": 500, "expectedStatus": 200},
             "ipam": {"ranges": [[{"subnet": "10.0.0.0/24", "rangStart": "10.0.0.9"}]],
                      "probe": {"enable": true}, "nodename": "x"}
         });
@@ -208,6 +229,8 @@ mod tests {
                 "uplnk: is not a key edgelink knows (did you mean \"uplink\"?); ignored",
                 "forwards[0].protocl: is not a key edgelink knows (did you mean \"protocol\"?); ignored",
                 "reverse[0].allowedSource: is not a key edgelink knows (did you mean \"allowedSources\"?); ignored",
+                "health.expectedStatus: is not a key edgelink knows (did you mean \"expectStatus\"?); ignored",
+                "health.intervalMS: is not a key edgelink knows (did you mean \"intervalMs\"?); ignored",
                 "ipam.nodename: is not a key edgelink knows (did you mean \"nodeName\"?); ignored",
                 "ipam.ranges[0][0].rangStart: is not a key edgelink knows (did you mean \"rangeStart\"?); ignored",
                 "ipam.probe.enable: is not a key edgelink knows (did you mean \"enabled\"?); ignored",

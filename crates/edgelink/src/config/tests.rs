@@ -484,3 +484,6 @@ fn dns_comes_from_the_runtime_before_the_config() {
     v["runtimeConfig"] = json!({"dns": {"nameservers": "10.0.0.1"}});
     assert!(err(&v).msg.contains("runtimeConfig.dns"));
 }
+
+#[path = "health_tests.rs"]
+mod health_tests;
