@@ -249,13 +249,71 @@ fn the_operators_nad_of_the_example_device_is_a_valid_config() {
     let device: Device = serde_norway::from_str(&read("cni-conf/device01-01.yaml")).unwrap();
     let net: EdgeNetwork =
         serde_norway::from_str(&read("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
+    // One NAD for a Device on both nodes: each node takes its own range.
+    let both = ["kedge1".to_string(), "kedge2".to_string()];
     for node in ["kedge1", "kedge2"] {
-        let mut conf = edgelink_operator::render::cni_config(&device, &net, node, &[]);
+        let mut conf = edgelink_operator::render::cni_config(&device, &net, &both, &[]);
         conf["ipam"]["nodeName"] = Value::String(node.into());
         let parsed = NetConf::parse(conf.to_string().as_bytes()).unwrap();
         Config::parse(parsed, &add_env())
             .unwrap_or_else(|e| panic!("on {node}: {}: {conf}", e.into_cni()));
         assert_eq!(forward_ports(&conf).len(), 3, "{conf}");
+    }
+}
+
+/// Each probe type the operator renders from `Device.spec.health` (and
+/// its defaults) is a health the plugin takes, with the same target.
+#[test]
+fn the_operators_health_of_each_type_is_a_valid_config() {
+    use edgelink_operator::crd::{DeviceHealth, ProbeType};
+    let cases = [
+        (DeviceHealth::default(), "172.17.16.120:8080"),
+        (
+            DeviceHealth {
+                type_: Some(ProbeType::Icmp),
+                ..Default::default()
+            },
+            "172.17.16.120",
+        ),
+        (
+            DeviceHealth {
+                type_: Some(ProbeType::Http),
+                port: Some(80),
+                path: Some("/healthz".into()),
+                expect_status: Some(200),
+                interval_seconds: Some(1),
+                timeout_seconds: Some(1),
+                ..Default::default()
+            },
+            "172.17.16.120:80",
+        ),
+        (
+            DeviceHealth {
+                type_: Some(ProbeType::Udp),
+                payload: Some("ping\n".into()),
+                ..Default::default()
+            },
+            "172.17.16.120:5000",
+        ),
+        (
+            DeviceHealth {
+                type_: Some(ProbeType::Modbus),
+                port: Some(8080),
+                unit_id: Some(7),
+                register: Some(40),
+                failure_threshold: Some(1),
+                success_threshold: Some(3),
+                ..Default::default()
+            },
+            "172.17.16.120:8080",
+        ),
+    ];
+    for (h, target) in cases {
+        let mut d = device_with_every_port_key();
+        d.spec.health = Some(h.clone());
+        let c = parse_operators_nad(&d).unwrap_or_else(|e| panic!("{h:?}: {}", e.into_cni()));
+        let got = c.health.expect("a health");
+        assert_eq!(got.target.to_string(), target, "{h:?}");
     }
 }
 
@@ -295,7 +353,7 @@ fn parse_operators_nad_with(
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let text = std::fs::read_to_string(root.join("cni-conf/edgenetwork-plant-floor.yaml")).unwrap();
     let net: EdgeNetwork = serde_norway::from_str(&text).unwrap();
-    let mut conf = edgelink_operator::render::cni_config(d, &net, "kedge1", reverse);
+    let mut conf = edgelink_operator::render::cni_config(d, &net, &["kedge1".to_string()], reverse);
     conf["ipam"]["nodeName"] = Value::String("kedge1".into());
     Config::parse(NetConf::parse(conf.to_string().as_bytes())?, &add_env())
 }

@@ -135,11 +135,29 @@ fn verdicts(d: &Device, f: &NodeFacts, h: &Health) -> (Verdict, Option<Verdict>)
                 probe.error.as_deref().unwrap_or("no answer")
             ),
         ),
-        _ => Verdict::new(
+        _ if probe.probes_total == 0 && probe.error.is_some() => Verdict::new(
             "False",
-            "NotProbedYet",
-            format!("edgelinkd on node {node} has not probed the device enough yet"),
+            "CannotProbe",
+            format!(
+                "edgelinkd on node {node} cannot probe the device: {}",
+                probe.error.as_deref().unwrap_or_default()
+            ),
         ),
+        _ => {
+            // Not probed enough yet: a new proxy waits for the first
+            // verdict (gate False); one that had a gate keeps it, as after
+            // edgelinkd's restart or hand-over, whose health starts over.
+            let v = Verdict::new(
+                "Unknown",
+                "NotProbedYet",
+                format!("edgelinkd on node {node} has not probed the device enough yet"),
+            );
+            let gate = match f.pod.and_then(|p| p.gate.as_deref()) {
+                Some(_) => None,
+                None => Some(Verdict::new("False", v.reason, v.message.clone())),
+            };
+            return (v, gate);
+        }
     };
     (v.clone(), Some(v))
 }
@@ -263,7 +281,8 @@ pub fn summary(nodes: &[NodeStatus]) -> (String, Option<String>, Verdict) {
 
 /// A node's reason, as a condition's: one of those a node's verdict has.
 fn known_reason(r: &str) -> &'static str {
-    const KNOWN: [&str; 7] = [
+    const KNOWN: [&str; 8] = [
+        "NotProbedYet",
         "NoReport",
         "ReportStale",
         "ProxyNotServed",

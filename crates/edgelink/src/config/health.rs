@@ -80,11 +80,11 @@ pub(super) fn parse_health(
     let interval_ms = uint(ho, "intervalMs", INTERVAL_MS)?.unwrap_or(DEFAULT_INTERVAL_MS);
     let timeout_ms =
         uint(ho, "timeoutMs", TIMEOUT_MS)?.unwrap_or(DEFAULT_TIMEOUT_MS.min(interval_ms / 2));
-    if timeout_ms >= interval_ms {
+    if timeout_ms > interval_ms {
         return Err(bad(
             &at("timeoutMs"),
             &Value::from(timeout_ms),
-            &format!("is not below intervalMs ({interval_ms}): at most one probe is in flight"),
+            &format!("is longer than intervalMs ({interval_ms}): at most one probe is in flight"),
         ));
     }
     let threshold = |k| -> Result<u32, PluginError> {

@@ -53,6 +53,16 @@ fn each_type_takes_its_own_keys_and_defaults() {
     let h = c.health.unwrap();
     assert_eq!((h.path.as_deref(), h.expect_status), (Some("/"), Some(204)));
     assert_eq!((h.interval_ms, h.timeout_ms), (200, 50));
+    // A timeout as long as the interval (the operator's 1 s and 1 s).
+    let c = parse(
+        &with_health(json!({"intervalMs": 1000, "timeoutMs": 1000})),
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        c.health.map(|h| (h.interval_ms, h.timeout_ms)),
+        Some((1000, 1000))
+    );
     let c = parse(
         &with_health(json!({"type": "modbus", "target": "172.17.16.120:502",
         "register": 7})),
@@ -141,8 +151,8 @@ fn bad_health_values_are_refused_naming_the_key() {
             "health.timeoutMs: 49 is not an integer in 50..=60000",
         ),
         (
-            json!({"intervalMs": 1000, "timeoutMs": 1000}),
-            "health.timeoutMs: 1000 is not below intervalMs (1000)",
+            json!({"intervalMs": 1000, "timeoutMs": 1001}),
+            "health.timeoutMs: 1001 is longer than intervalMs (1000)",
         ),
         (
             json!({"failureThreshold": 0}),

@@ -112,7 +112,11 @@ fn the_gate_follows_the_nodes_probe_with_its_error_and_latency() {
         "device01-01-kedge1-0",
         Some(probe("unknown", None)),
     ));
-    let g = decide_for(Some(&pod), Some(&unknown), Heard::Alive, false, None)
+    let new_pod = PodFacts {
+        gate: None,
+        ..ready_pod()
+    };
+    let g = decide_for(Some(&new_pod), Some(&unknown), Heard::Alive, false, None)
         .gate
         .unwrap();
     assert_eq!(
@@ -120,6 +124,23 @@ fn the_gate_follows_the_nodes_probe_with_its_error_and_latency() {
         ("False", "NotProbedYet"),
         "a new proxy is not Ready before its node reached the device"
     );
+    // edgelinkd restarted or handed over (its health starts over): the
+    // gate stays as it was, and the node is Unknown, not False.
+    let d = decide_for(Some(&pod), Some(&unknown), Heard::Alive, false, None);
+    assert!(d.gate.is_none());
+    assert_eq!(d.status.reachable, "Unknown");
+    // Not probed at all, and why: False.
+    let mut never = probe(
+        "unknown",
+        Some("the pod's network namespace cannot be entered"),
+    );
+    never["probesTotal"] = 0.into();
+    let cannot = received(report("kedge1", "device01-01-kedge1-0", Some(never)));
+    let g = decide_for(Some(&pod), Some(&cannot), Heard::Alive, false, None)
+        .gate
+        .unwrap();
+    assert_eq!((g.status, g.reason), ("False", "CannotProbe"));
+    assert!(g.message.contains("cannot be entered"), "{}", g.message);
 }
 
 #[test]
