@@ -156,8 +156,8 @@ o3_apply() {
   table=$(kc -n hil get devices) || return 1
   local line
   while IFS= read -r line; do echo "     | $line"; done <<<"$table"
-  grep -q '^NAME *NODE *ADDRESS *PORTS *READY *REACHABLE *AGE' <<<"$table" &&
-    grep -Eq "^$DEV +$NODE +172\.17\.16\.120 +8080/tcp,5000/udp,80/tcp +True +True" <<<"$table"
+  grep -q '^NAME *READY *REACHABLE *NODES *LAST-SEEN *ADDRESS *PORTS *AGE' <<<"$table" &&
+    grep -Eq "^$DEV +True +1/1 +$NODE +[0-9smh]+ +172\.17\.16\.120 +8080/tcp,5000/udp,80/tcp " <<<"$table"
 }
 check "O3 Device $DEV: NAD, StatefulSet, Service owned by it (field manager edgelink-operator); Reconciled, Ready, DeviceReachable True; kubectl get devices" o3_apply
 
@@ -170,12 +170,15 @@ ports = {p["name"]: p for p in s["ports"]}
 assert s["node"] == sys.argv[1] and s["pod"] == sys.argv[2], s
 assert s["segmentAddress"].startswith("172.17.16.2"), s
 assert all(p["listening"] for p in ports.values()), ports
-assert ports["api"]["reachable"] == "True", ports
-print(s["node"], s["pod"], s["segmentAddress"], " ".join(n + ":" + p["listener"] + "/" + p["reachable"] for n, p in ports.items()))
+assert ports["api"]["reachable"] in ("True", "Unknown"), ports
+n = s["nodes"][0]
+assert n["node"] == sys.argv[1] and n["reachable"] == "True" and n["ready"], n
+print(s["node"], s["pod"], s["segmentAddress"], " ".join(n + ":" + p["listener"] + "/" + p["reachable"] for n, p in ports.items()),
+      "| node:", n["reachable"], n["reason"], n.get("latency"), n.get("lastSeen"))
 ' "$NODE" "$DEV_POD") || return 1
   note "status: $st"
 }
-check "O3b status: node, proxy pod, its segment address, per port listening and reachable" o3_status
+check "O3b status: node, proxy pod, its segment address, per port listening; the node's health probe reaches the device (status.nodes)" o3_status
 
 # --- O4. a client pod reaches the device through the Service the Device made -------------------------------
 o4_traffic() {

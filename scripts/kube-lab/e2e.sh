@@ -91,7 +91,7 @@ tag_image() {
 pass=0 fail=0
 # E2E_ONLY=REGEX: only the checks whose name matches (the set-up between
 # them still runs; the checks a later one needs must match too, e.g.
-# E2E_ONLY='^(1a|O1|F)' for the failover checks)
+# E2E_ONLY='^(1a|O1 |F)' for the failover checks)
 check() {
   local name=$1; shift
   if [[ -n ${E2E_ONLY:-} && ! $name =~ $E2E_ONLY ]]; then echo "SKIP $name"; return 0; fi

@@ -6,14 +6,18 @@ from the log.
 
     failover.py run HOST TCP_PORT UDP_PORT LOG STOPFILE [MAX_SECONDS]
         every 50 ms: a new TCP connection (1 s to connect, 64 bytes echoed
-        back within 1 s) and a UDP datagram (its echo within 0.5 s); one
-        line per attempt to LOG, "time kind ok|fail reason", until STOPFILE
+        back within 1 s), a UDP datagram on one socket kept all along (one
+        flow: kube-proxy keeps it on one endpoint until that one goes), and
+        a UDP datagram from a new socket each time (a new flow, as a new
+        connection); a reply within 0.5 s. One line per attempt to LOG,
+        "time kind ok|fail reason" (kind tcp, udp, udpnew), until STOPFILE
         exists or MAX_SECONDS (default 120) pass
     failover.py figures LOG EVENT [UNTIL]
         the outage an event at EVENT (Unix seconds, as `date +%s.%N`) made,
         up to UNTIL (default: the end of the log): one line
           tcp: N failed of M, every new connection works again after X s;
-          udp: N lost of M, replies again after Y s; first failure after Z s
+          udp: N lost of M, replies again after Y s; udpnew: ...;
+          first failure after Z s
         "after X s" is the time from EVENT to the first attempt that worked
         after the last that failed (0 when none failed).
 
@@ -79,7 +83,7 @@ def run(host, tcp_port, udp_port, log, stopfile, max_seconds):
             write("tcp", t, err)
             time.sleep(0.05)
 
-    def udp_loop():
+    def udp_loop(kind):
         fam = socket.AF_INET6 if ":" in host else socket.AF_INET
         s = socket.socket(fam, socket.SOCK_DGRAM)
         seq = 0
@@ -87,14 +91,21 @@ def run(host, tcp_port, udp_port, log, stopfile, max_seconds):
             seq += 1
             t = time.time()
             err = None
+            if kind == "udpnew":
+                s.close()
+                s = socket.socket(fam, socket.SOCK_DGRAM)
             try:
                 udp_once(s, host, udp_port, seq)
             except Exception as e:
                 err = type(e).__name__
-            write("udp", t, err)
+            write(kind, t, err)
             time.sleep(0.05)
 
-    threads = [threading.Thread(target=tcp_loop), threading.Thread(target=udp_loop)]
+    threads = [
+        threading.Thread(target=tcp_loop),
+        threading.Thread(target=udp_loop, args=("udp",)),
+        threading.Thread(target=udp_loop, args=("udpnew",)),
+    ]
     for th in threads:
         th.start()
     for th in threads:
@@ -111,7 +122,7 @@ def figures(log, event, until=None):
                 rows.append((float(p[0]), p[1], p[2] == "ok"))
     parts = []
     first_fail = None
-    for kind in ("tcp", "udp"):
+    for kind in ("tcp", "udp", "udpnew"):
         r = [x for x in rows if x[1] == kind and x[0] >= event and (until is None or x[0] <= until)]
         failed = [x for x in r if not x[2]]
         back = 0.0

@@ -349,7 +349,7 @@ pub struct RunArgs {
     /// POST a heartbeat beside the webhook (its path's last segment
     /// `heartbeat`) this often (0: none): edgelink-operator takes this node
     /// as lost within its --node-lost-after of the last one.
-    #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK_HEARTBEAT", default_value = "1", value_parser = secs)]
+    #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK_HEARTBEAT", default_value = "0.5", value_parser = secs)]
     pub status_webhook_heartbeat: Duration,
     /// This node's name in /status (default: $NODE_NAME, else the hostname).
     #[arg(long)]

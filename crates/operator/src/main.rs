@@ -60,6 +60,14 @@ fn secs(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Seconds, fractions allowed (`1.5`), 0.2 to 3600.
+fn bound(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.2..=3600.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{s:?} is not a number of seconds in 0.2..=3600")),
+    }
+}
+
 /// `KEY=VALUE`, or empty for none.
 fn label(s: &str) -> Option<(String, String)> {
     let (k, v) = s.split_once('=')?;
@@ -154,10 +162,11 @@ struct RunArgs {
     #[arg(long, default_value = "35", value_parser = secs)]
     report_stale_after: Duration,
     /// A node whose edgelinkd sends heartbeats (--status-webhook-heartbeat)
-    /// and has not been heard for this long is lost (seconds): its proxy
-    /// pods' readiness gates and Ready turn False, so they leave their
-    /// Services' endpoints. A node that sends none: --report-stale-after.
-    #[arg(long, default_value = "3", value_parser = secs)]
+    /// and has not been heard for this long is lost (seconds, fractions
+    /// allowed): its proxy pods' readiness gates and Ready turn False, so
+    /// they leave their Services' endpoints, unless no other node of the
+    /// Device serves. A node that sends none: --report-stale-after.
+    #[arg(long, default_value = "1.5", value_parser = bound)]
     node_lost_after: Duration,
     /// The cluster's DNS domain: a headless Service a Device's reverse
     /// entry names is rendered as <name>.<namespace>.svc.<this>.

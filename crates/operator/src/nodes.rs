@@ -6,7 +6,8 @@
 //! Who decides: edgelinkd on the node probes the device from inside the
 //! proxy pod's network namespace and reports the state; the operator only
 //! turns it into the gate, and decides alone that a node is lost when its
-//! edgelinkd stops being heard (no heartbeat for `--node-lost-after`).
+//! edgelinkd stops being heard (no heartbeat for `--node-lost-after`), and
+//! takes a lost node's proxy out only while another node's serves.
 
 use crate::crd::{Device, NodeStatus};
 use crate::report::{self, Health, Received, ReportAttachment};
@@ -59,6 +60,10 @@ pub struct NodeFacts<'a> {
     /// The operator started within a report interval or two: a node not
     /// heard yet is not known to be gone.
     pub fresh: bool,
+    /// Another node of the Device is heard and its proxy is Ready: silence
+    /// alone never takes a Device's last serving proxy out of its Service
+    /// (the operator cut off from every node must not empty it).
+    pub others_serve: bool,
 }
 
 fn rfc3339(secs: u64) -> Option<String> {
@@ -86,7 +91,8 @@ fn verdicts(d: &Device, f: &NodeFacts, h: &Health) -> (Verdict, Option<Verdict>)
             "NodeLost",
             format!("edgelinkd on node {node} not heard for {}s", for_.as_secs()),
         );
-        return (v.clone(), Some(v));
+        let gate = f.others_serve.then(|| v.clone());
+        return (v, gate);
     }
     if h.listening.is_none() {
         // No fresh report of the pod: keep the gate unless the node is
@@ -218,7 +224,7 @@ pub fn decide(
         reported_at: f.received.and_then(|r| system_rfc3339(r.at)),
     };
     NodeDecision {
-        mark_not_ready: matches!(f.heard, Heard::Lost(_)) && pod_ready,
+        mark_not_ready: matches!(f.heard, Heard::Lost(_)) && pod_ready && f.others_serve,
         status,
         health: h,
         gate,

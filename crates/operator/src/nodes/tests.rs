@@ -52,6 +52,7 @@ fn decide_for(
         received: r,
         heard,
         fresh,
+        others_serve: true,
     };
     decide(&device(), &[], &f, old, SystemTime::now(), STALE)
 }
@@ -177,6 +178,26 @@ fn a_lost_node_is_unreachable_and_its_ready_pod_is_marked_not_ready() {
         )
         .mark_not_ready
     );
+}
+
+#[test]
+fn silence_never_takes_the_last_serving_proxy_out() {
+    let pod = ready_pod();
+    let f = NodeFacts {
+        node: "kedge1",
+        pod_name: "device01-01-0",
+        pod: Some(&pod),
+        received: None,
+        heard: Heard::Lost(Duration::from_secs(5)),
+        fresh: false,
+        others_serve: false,
+    };
+    let d = decide(&device(), &[], &f, None, SystemTime::now(), STALE);
+    assert_eq!(
+        (d.status.reachable.as_str(), d.status.reason.as_deref()),
+        ("False", Some("NodeLost"))
+    );
+    assert!(d.gate.is_none() && !d.mark_not_ready);
 }
 
 #[test]

@@ -49,7 +49,7 @@ fn condition<'a>(
         .find(|c| c.type_ == type_)
 }
 
-pub fn facts(pod: &Pod) -> PodFacts {
+pub fn facts_of(pod: &Pod) -> PodFacts {
     PodFacts {
         ready: condition(pod, "Ready").is_some_and(|c| c.status == "True"),
         gate: condition(pod, READINESS_GATE).map(|c| c.status.clone()),
@@ -128,24 +128,38 @@ pub async fn observe(
     let ns = d.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let fresh = ctx.started.elapsed() < ctx.stale_after;
-    let mut out = Vec::new();
+    // First what each node is: its pod, whether it is heard.
+    let mut facts = Vec::new();
     for (node, sts) in proxies {
         let pod_name = render::pod_name(sts);
         ctx.reports.register(&ns, &pod_name, &device);
         let pod = proxy_pod(&pods, &pod_name, &device).await?;
-        let pf = pod.as_ref().map(facts);
+        let heard = ctx.reports.heard_state(node);
+        facts.push((node, pod_name, pod, heard));
+    }
+    let serving = |n: &str| {
+        facts.iter().any(|(node, _, pod, heard)| {
+            node.as_str() != n
+                && !matches!(heard, nodes::Heard::Lost(_))
+                && pod.as_ref().is_some_and(|p| facts_of(p).ready)
+        })
+    };
+    let mut out = Vec::new();
+    for (node, pod_name, pod, heard) in &facts {
+        let pf = pod.as_ref().map(facts_of);
         let received = ctx.reports.get(node);
         let f = NodeFacts {
             node,
-            pod_name: &pod_name,
+            pod_name,
             pod: pf.as_ref(),
             received: received.as_ref(),
-            heard: ctx.reports.heard_state(node),
+            heard: *heard,
             fresh,
+            others_serve: serving(node),
         };
-        let before = old.nodes.iter().find(|n| &n.node == node);
+        let before = old.nodes.iter().find(|n| &n.node == *node);
         let dec = nodes::decide(d, resolved, &f, before, SystemTime::now(), ctx.stale_after);
-        if let Some(p) = &pod {
+        if let Some(p) = pod {
             apply(ctx, &pods, p, &dec).await?;
         }
         record(ctx, d, before.map(|b| b.reachable.as_str()), &dec).await;
