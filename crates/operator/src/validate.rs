@@ -333,6 +333,22 @@ fn last_host(n: IpNetwork) -> IpAddr {
     }
 }
 
+/// A port's `maxConnections` is the device's total over its `nodes`
+/// proxies, split evenly: each needs at least one place.
+pub fn connections_split(d: &Device, nodes: usize) -> Result<(), Invalid> {
+    let mut p = Vec::new();
+    for (i, port) in d.spec.ports.iter().enumerate() {
+        if let Some(m) = port.max_connections.filter(|m| (*m as usize) < nodes) {
+            p.push(format!(
+                "spec.ports[{i}].maxConnections: {m} is below the Device's {nodes} nodes: the total is split \
+                 between the nodes' proxies and each needs one place (a device that takes fewer connections \
+                 than it has nodes cannot be shared between them yet)"
+            ));
+        }
+    }
+    finish(p)
+}
+
 /// The Device on its network on `node`: the node has ranges of the
 /// device's family there, and the address is one a proxy may reach and
 /// not one a proxy may get.

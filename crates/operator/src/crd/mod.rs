@@ -266,7 +266,8 @@ pub struct DevicePort {
     #[schemars(range(min = 1, max = 600000))]
     pub connect_timeout_ms: Option<u32>,
     /// TCP, relay only: at most this many connections to the device at
-    /// once; later clients wait in a queue, first come first served
+    /// once, over all the Device's nodes (each node's proxy admits an equal
+    /// share); later clients wait in a queue, first come first served
     /// (plugin `maxConnections`; default edgelinkd's
     /// --forward-max-connections, no bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]

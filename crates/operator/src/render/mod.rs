@@ -225,7 +225,10 @@ pub fn cni_config(d: &Device, net: &EdgeNetwork, nodes: &[String], reverse: &[Re
             let fo = f.as_object_mut().expect("an object");
             for (k, v) in [
                 ("connectTimeoutMs", p.connect_timeout_ms),
-                ("maxConnections", p.max_connections),
+                (
+                    "maxConnections",
+                    p.max_connections.map(|m| share(m, nodes.len())),
+                ),
                 ("queueTimeoutMs", p.queue_timeout_ms),
                 ("connectRetries", p.connect_retries),
             ] {
@@ -253,6 +256,14 @@ pub fn cni_config(d: &Device, net: &EdgeNetwork, nodes: &[String], reverse: &[Re
         o.insert("allowForeignSources".into(), json!(true));
     }
     c
+}
+
+/// A port's `maxConnections` is the device's total: each of `nodes`
+/// proxies admits its share, so the device never sees more than the total
+/// (the remainder is left unused; `validate::connections_split` refuses a
+/// total below the number of nodes).
+pub fn share(total: u32, nodes: usize) -> u32 {
+    (total / nodes.max(1) as u32).max(1)
 }
 
 /// The hex SHA-256 of the NAD's config (short: 16 digits).

@@ -465,3 +465,14 @@ fn one_node_keeps_the_names_it_had_and_long_or_dotted_node_names_are_hashed() {
     assert!(n.len() <= 61, "{n}");
     assert_ne!(n, proxy_name(&long, "kedge2", true));
 }
+
+#[test]
+fn on_two_nodes_each_proxy_admits_half_of_max_connections() {
+    let mut d = device();
+    d.spec.ports[0].max_connections = Some(9);
+    let both = ["kedge1".to_string(), "kedge2".to_string()];
+    let c = cni_config(&d, &network(), &both, &[]);
+    assert_eq!(c["forwards"][0]["maxConnections"], 4);
+    let one = cni_config(&d, &network(), &both[..1], &[]);
+    assert_eq!(one["forwards"][0]["maxConnections"], 9);
+}

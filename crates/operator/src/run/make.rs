@@ -202,6 +202,13 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
         Ok(n) => n,
         Err(na) => return Ok(Err(na)),
     };
+    if let Err(e) = validate::connections_split(d, nodes.len()) {
+        return Ok(Err(not_applied(
+            "InvalidPlacement",
+            "invalid",
+            e.to_string(),
+        )));
+    }
     let services = crate::run::services::lookup(&ctx.client, d).await?;
     let reverse = edgelink_operator::reverse::resolve(d, &services, &ctx.cluster_domain);
     for node in &nodes {

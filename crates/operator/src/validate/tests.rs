@@ -238,3 +238,19 @@ fn a_health_probe_takes_the_keys_of_its_type_and_a_port_it_can_find() {
     });
     assert_eq!(device(&d), Ok(()));
 }
+
+#[test]
+fn max_connections_is_split_between_the_nodes_and_each_needs_a_place() {
+    let mut d = crate::fixtures::device();
+    d.spec.ports[0].max_connections = Some(1);
+    assert_eq!(connections_split(&d, 1), Ok(()));
+    let p = problems(connections_split(&d, 2));
+    assert!(
+        p.contains("spec.ports[0].maxConnections: 1 is below the Device's 2 nodes"),
+        "{p}"
+    );
+    d.spec.ports[0].max_connections = Some(5);
+    assert_eq!(connections_split(&d, 2), Ok(()));
+    assert_eq!(crate::render::share(5, 2), 2, "never more than the total");
+    assert_eq!(crate::render::share(64, 1), 64);
+}
