@@ -223,6 +223,18 @@ $PORTS")"
   network: plant-floor
 $AT
 $PORTS")"
+    "health path on a tcp probe|spec.health.path|Forbidden: is for probe type http only|$(dev bad "$ON
+$AT
+$PORTS
+  health: {type: tcp, path: /healthz}")"
+    "udp health without payload|spec.health.payload|Required value: is required with probe type udp (the datagram sent)|$(dev bad "$ON
+$AT
+$PORTS
+  health: {type: udp}")"
+    "health timeout longer than the interval|spec.health.timeoutSeconds|is longer than intervalSeconds (default 2)|$(dev bad "$ON
+$AT
+$PORTS
+  health: {intervalSeconds: 1, timeoutSeconds: 2}")"
     "multicast address|spec.address|224.0.0.1 is not a unicast address (unspecified, loopback, multicast or broadcast)|$(dev bad "$ON
   address: 224.0.0.1
 $PORTS")"
