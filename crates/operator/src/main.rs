@@ -302,6 +302,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         resync: args.resync,
         stale_after: args.report_stale_after,
         started: Instant::now(),
+        fresh_for: Duration::from_secs(12).max(args.node_lost_after * 4),
         cluster_domain: args.cluster_domain.clone(),
         recorder: kube::runtime::events::Recorder::new(
             client.clone(),

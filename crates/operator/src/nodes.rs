@@ -58,11 +58,13 @@ pub struct NodeFacts<'a> {
     pub received: Option<&'a Received>,
     pub heard: Heard,
     /// The operator started within a report interval or two: a node not
-    /// heard yet is not known to be gone.
+    /// heard yet is not known to be gone. After it, a node never heard is
+    /// taken as lost.
     pub fresh: bool,
     /// Another node of the Device is heard and its proxy is Ready: silence
     /// alone never takes a Device's last serving proxy out of its Service
-    /// (the operator cut off from every node must not empty it).
+    /// (the operator cut off from every node must not empty it); and a
+    /// proxy's Ready is set False with its gate only while another serves.
     pub others_serve: bool,
 }
 
@@ -97,13 +99,19 @@ fn verdicts(d: &Device, f: &NodeFacts, h: &Health) -> (Verdict, Option<Verdict>)
     if h.listening.is_none() {
         // No fresh report of the pod: keep the gate unless the node is
         // known to serve nothing of it.
-        let gate = match (f.heard, h.reachable.reason) {
-            (Heard::Never, _) if f.fresh => None,
-            (Heard::Never, _) => Some(Verdict::new(
-                "True",
+        if f.heard == Heard::Never && !f.fresh {
+            // Not heard since the operator started (the node died with
+            // the last leader, or its edgelinkd never reports): as lost.
+            let v = Verdict::new(
+                "False",
                 "NoReport",
-                format!("edgelinkd on node {node} does not report: not gated"),
-            )),
+                format!("edgelinkd on node {node} has not been heard since the operator started"),
+            );
+            let gate = f.others_serve.then(|| v.clone());
+            return (v, gate);
+        }
+        let gate = match (f.heard, h.reachable.reason) {
+            (Heard::Never, _) => None,
             (_, "ProxyNotServed") => Some(Verdict::new(
                 "False",
                 "ProxyNotServed",
@@ -224,7 +232,11 @@ pub fn decide(
         reported_at: f.received.and_then(|r| system_rfc3339(r.at)),
     };
     NodeDecision {
-        mark_not_ready: matches!(f.heard, Heard::Lost(_)) && pod_ready && f.others_serve,
+        // Ready False at once, not when the kubelet folds the gate in (a
+        // lost node has none), while another node serves.
+        mark_not_ready: gate.as_ref().is_some_and(|g| g.status == "False")
+            && pod_ready
+            && f.others_serve,
         status,
         health: h,
         gate,

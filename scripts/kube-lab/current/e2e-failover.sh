@@ -169,9 +169,17 @@ f3_daemon() {
 check "F3 edgelinkd on kedge1 killed: its proxy leaves the Service until edgelinkd is back; new connections work again (goal 3 s) (figures printed)" f3_daemon
 
 node_lost() { "$HERE/node-stop.sh" kedge1 >"$RUN/logs/e2e-failover-node-stop.log" 2>&1; }
-node_back() { "$REPO/scripts/kube-lab.sh" up >"$RUN/logs/e2e-failover-up.log" 2>&1; }
+node_back() {
+  "$REPO/scripts/kube-lab.sh" up >"$RUN/logs/e2e-failover-up.log" 2>&1 || {
+    note "up failed: $(tail -n 5 "$RUN/logs/e2e-failover-up.log" | tr '\n' ' ')"
+    return 1
+  }
+}
 f4_node() {
   until_ok 60 fo_in kedge1 || return 1
+  local holder
+  holder=$(kc -n edgelink-system get lease edgelink-operator -o jsonpath='{.spec.holderIdentity}')
+  note "the operator's leader $holder runs on $(kc -n edgelink-system get pod "$holder" -o jsonpath='{.spec.nodeName}')"
   fo_outage node node_lost node_back 180
   fo_within "$FO_FIG" 10 && fo_in kedge1 && fo_clean "$FO_BACK"
 }

@@ -97,6 +97,7 @@ fn the_gate_follows_the_nodes_probe_with_its_error_and_latency() {
         false,
         Some(&d.status),
     );
+    assert!(d2.mark_not_ready, "Ready False at once, while another node serves");
     let g = d2.gate.unwrap();
     assert_eq!((g.status, g.reason), ("False", "Unreachable"));
     assert!(g.message.contains("No route to host"), "{}", g.message);
@@ -201,17 +202,19 @@ fn silence_never_takes_the_last_serving_proxy_out() {
 }
 
 #[test]
-fn without_a_report_the_gate_is_left_alone_then_opened_and_without_probes_it_follows_serving() {
+fn without_a_report_the_gate_is_left_alone_then_closed_and_without_probes_it_follows_serving() {
     let pod = ready_pod();
     // Just after the operator started: nobody knows yet.
     assert!(decide_for(Some(&pod), None, Heard::Never, true, None)
         .gate
         .is_none());
-    // An edgelinkd that never reports (no webhook): not gated.
-    let g = decide_for(Some(&pod), None, Heard::Never, false, None)
-        .gate
-        .unwrap();
-    assert_eq!((g.status, g.reason), ("True", "NoReport"));
+    // Not heard once the operator is past its first seconds (the node died
+    // with the last leader, or its edgelinkd never reports): as lost,
+    // while another node serves.
+    let d = decide_for(Some(&pod), None, Heard::Never, false, None);
+    let g = d.gate.unwrap();
+    assert_eq!((g.status, g.reason), ("False", "NoReport"));
+    assert!(d.mark_not_ready);
     // An edgelinkd without health probes: gated on serving the pod.
     let old = received(report("kedge1", "device01-01-kedge1-0", None));
     let d = decide_for(Some(&pod), Some(&old), Heard::Alive, false, None);

@@ -36,6 +36,9 @@ pub struct Ctx {
     /// Reports may not have arrived yet this soon after taking the lead:
     /// keep the DeviceReachable the Device has.
     pub started: Instant,
+    /// A node not heard this long after taking the lead is taken as lost
+    /// (heartbeats come every 0.5 s, an older edgelinkd's reports every 10 s).
+    pub fresh_for: Duration,
     /// The cluster's DNS domain, for a headless Service a reverse entry
     /// names.
     pub cluster_domain: String,

@@ -68,11 +68,15 @@ async fn proxy_pod(pods: &Api<Pod>, name: &str, device: &str) -> Result<Option<P
 
 /// A pod condition as a strategic-merge patch of the pod's status sets it.
 fn pod_condition(type_: &str, v: &Verdict) -> serde_json::Value {
+    condition_json(type_, v.status, v.reason, &v.message)
+}
+
+fn condition_json(type_: &str, status: &str, reason: &str, message: &str) -> serde_json::Value {
     json!({
         "type": type_,
-        "status": v.status,
-        "reason": v.reason,
-        "message": v.message,
+        "status": status,
+        "reason": reason,
+        "message": message,
         "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
     })
 }
@@ -88,19 +92,14 @@ async fn apply(ctx: &Ctx, pods: &Api<Pod>, pod: &Pod, dec: &NodeDecision) -> Res
             ctx.metrics.gates_set.inc();
         }
     }
-    if dec.mark_not_ready {
-        let v = Verdict {
-            status: "False",
-            reason: "EdgelinkNodeLost",
-            message: dec
-                .gate
-                .as_ref()
-                .map(|g| g.message.clone())
-                .unwrap_or_default(),
-        };
-        conditions.push(pod_condition("Ready", &v));
+    let ready_now = condition(pod, "Ready").is_some_and(|c| c.status == "True");
+    if let (true, true, Some(g)) = (dec.mark_not_ready, ready_now, &dec.gate) {
+        // EdgelinkNodeLost, EdgelinkUnreachable, ...: the kubelet (when
+        // alive) writes its own Ready later, False too while the gate is.
+        let reason = format!("Edgelink{}", g.reason);
+        conditions.push(condition_json("Ready", "False", &reason, &g.message));
         ctx.metrics.marked_not_ready.inc();
-        tracing::warn!(pod = %name, node = %dec.status.node, "node lost: proxy pod marked not Ready");
+        tracing::warn!(pod = %name, node = %dec.status.node, reason, "proxy pod marked not Ready");
     }
     if conditions.is_empty() {
         return Ok(());
@@ -127,7 +126,7 @@ pub async fn observe(
     let device = d.name_any();
     let ns = d.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let fresh = ctx.started.elapsed() < ctx.stale_after;
+    let fresh = ctx.started.elapsed() < ctx.fresh_for;
     // First what each node is: its pod, whether it is heard.
     let mut facts = Vec::new();
     for (node, sts) in proxies {
@@ -140,7 +139,7 @@ pub async fn observe(
     let serving = |n: &str| {
         facts.iter().any(|(node, _, pod, heard)| {
             node.as_str() != n
-                && !matches!(heard, nodes::Heard::Lost(_))
+                && *heard == nodes::Heard::Alive
                 && pod.as_ref().is_some_and(|p| facts_of(p).ready)
         })
     };
