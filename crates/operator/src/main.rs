@@ -291,6 +291,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             ),
         }
     }
+    // Live nodes' heartbeats reach the new leader within a second (the
+    // webhook Service points at it now); an older edgelinkd reports every
+    // 10 s, and may be taken as lost meanwhile if another node serves.
+    let fresh_for = Duration::from_secs(6).max(args.node_lost_after * 4);
+    app.reports.leading(fresh_for);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         settings: ProxyPodSettings {
@@ -302,7 +307,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         resync: args.resync,
         stale_after: args.report_stale_after,
         started: Instant::now(),
-        fresh_for: Duration::from_secs(12).max(args.node_lost_after * 4),
+        fresh_for,
         cluster_domain: args.cluster_domain.clone(),
         recorder: kube::runtime::events::Recorder::new(
             client.clone(),

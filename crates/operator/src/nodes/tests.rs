@@ -97,7 +97,10 @@ fn the_gate_follows_the_nodes_probe_with_its_error_and_latency() {
         false,
         Some(&d.status),
     );
-    assert!(d2.mark_not_ready, "Ready False at once, while another node serves");
+    assert!(
+        d2.mark_not_ready,
+        "Ready False at once, while another node serves"
+    );
     let g = d2.gate.unwrap();
     assert_eq!((g.status, g.reason), ("False", "Unreachable"));
     assert!(g.message.contains("No route to host"), "{}", g.message);

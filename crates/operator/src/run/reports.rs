@@ -37,6 +37,9 @@ pub struct Reports {
     pub lost_after: Duration,
     /// A node that does not (an older edgelinkd) after this long.
     pub stale_after: Duration,
+    /// When the leader's first seconds end (a node not heard by then is
+    /// taken as lost): the watchdog reconciles every Device once then.
+    fresh_until: Mutex<Option<Instant>>,
 }
 
 /// The proxy pod of Device `d` is `d-0`: the Device a pod's attachment may
@@ -61,9 +64,42 @@ impl Reports {
                 trigger,
                 lost_after,
                 stale_after,
+                fresh_until: Mutex::new(None),
             },
             rx,
         )
+    }
+
+    /// This replica leads from now on; its first `fresh_for` end then.
+    pub fn leading(&self, fresh_for: Duration) {
+        *self.fresh_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Instant::now() + fresh_for);
+    }
+
+    /// Once, when the leader's first seconds end: every Device the
+    /// controller made proxies for, so that nodes not heard by then are
+    /// judged at once, not at the next resync.
+    fn check_fresh_end(&self) {
+        let ended = {
+            let mut f = self.fresh_until.lock().unwrap_or_else(|e| e.into_inner());
+            match *f {
+                Some(t) if Instant::now() >= t => {
+                    *f = None;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if ended {
+            let pods: Vec<(String, String)> = self
+                .proxies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned()
+                .collect();
+            self.trigger_pods(&pods);
+        }
     }
 
     /// The controller made `pod` (in `ns`) the proxy of Device `device`.
@@ -150,6 +186,7 @@ impl Reports {
     /// Mark the nodes that went silent lost and ask for their Devices'
     /// reconciles (the watchdog calls it a few times a second).
     pub fn check_lost(&self) {
+        self.check_fresh_end();
         let newly: Vec<String> = {
             let mut h = self.heard.lock().unwrap_or_else(|e| e.into_inner());
             let (lost_after, stale_after) = (self.lost_after, self.stale_after);
@@ -294,6 +331,31 @@ mod tests {
             rx.try_recv().unwrap(),
             ObjectRef::new("device01-01").within("hil")
         );
+    }
+
+    #[test]
+    fn when_the_leaders_first_seconds_end_every_device_is_reconciled_once() {
+        let (r, mut rx) = Reports::new(Duration::from_secs(3), Duration::from_secs(35));
+        r.register("hil", "device01-05-kedge1-0", "device01-05");
+        r.register("hil", "device01-05-kedge2-0", "device01-05");
+        r.register("lab", "plc-0", "plc");
+        r.leading(Duration::from_millis(100));
+        r.check_lost();
+        assert!(rx.try_recv().is_err(), "not yet");
+        std::thread::sleep(Duration::from_millis(150));
+        r.check_lost();
+        let mut got = vec![rx.try_recv().unwrap(), rx.try_recv().unwrap()];
+        got.sort_by_key(|o| o.name.clone());
+        assert_eq!(
+            got,
+            [
+                ObjectRef::new("device01-05").within("hil"),
+                ObjectRef::new("plc").within("lab")
+            ]
+        );
+        assert!(rx.try_recv().is_err(), "each Device once");
+        r.check_lost();
+        assert!(rx.try_recv().is_err(), "and only once");
     }
 
     #[test]
