@@ -135,7 +135,14 @@ phase "Multus $MULTUS"
 dns_up
 phase "cluster DNS"
 
-edgelink_up
+# KEEP_EDGELINK=1 (a node started again after node-stop.sh, as a reboot
+# would): the DaemonSet is left as it is when it exists, not re-applied
+# (re-applying it after an upgrade through take-overs rolls it again).
+if [[ -n ${KEEP_EDGELINK:-} ]] && kc -n edgelink-system get daemonset edgelinkd >/dev/null 2>&1; then
+  log "edgelink: the DaemonSet is kept as it is (KEEP_EDGELINK)"
+else
+  edgelink_up
+fi
 phase edgelink
 
 log "up in $((SECONDS - T0)) s"
