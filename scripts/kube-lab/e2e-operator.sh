@@ -332,6 +332,8 @@ YAML
   note "UDP $svc:5000 through the kernel path: $out"
   out=$(in_pod_netns "$CLIENT_NETNS" python3 "$ECHO" http-get "$svc" 80 3) || return 1
   note "HTTP $svc:80 through the relay (maxConnections 4): $out"
+  # (an API call of pod_netns timed out once under CI's load: looked up again)
+  until_ok 30 differs "" pod_netns hil "$KDEV-0" || { note "no network namespace found for $KDEV-0"; return 1; }
   ns=$(pod_netns hil "$KDEV-0")
   table=$(in_pod_netns "$ns" nft list table inet edgelink) || return 1
   note "proxy pod's table: $(grep -c ' dnat ip to ' <<<"$table") DNAT rules, $(grep -c 'masquerade fully-random' <<<"$table") masquerade; ip_forward $(in_pod_netns "$ns" cat /proc/sys/net/ipv4/ip_forward), TIME_WAIT $(in_pod_netns "$ns" cat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait) s"
