@@ -279,8 +279,14 @@ fn is_gateway_routes_nothing_between_the_segment_and_the_cluster() {
         .node
         .exec(&["nft", "delete", "table", "inet", "edgelink-gw-edge0"]);
     assert!(out.status.success(), "{out:?}");
-    assert!(arrives(&lab.device, &cluster, "10.244.9.2", 7015));
-    assert!(arrives(&lab.device, &lab.node, "10.244.9.1", 7016));
+    // A positive check may take a second window: under a loaded suite
+    // (parallel tests) 2 s of datagrams once missed the neighbour's answer
+    // (CI, 2026-11-26). The negative ones above are not retried.
+    let routed = |port: u16, to: &Netns, host: &str| {
+        arrives(&lab.device, to, host, port) || arrives(&lab.device, to, host, port + 100)
+    };
+    assert!(routed(7015, &cluster, "10.244.9.2"));
+    assert!(routed(7016, &lab.node, "10.244.9.1"));
 }
 
 #[test]
