@@ -6,7 +6,7 @@
 //!   `/status`) and the client `edgelinkd status` uses.
 //! - [`metrics`]: the Prometheus (OpenMetrics) rendering of a [`Status`].
 //! - [`webhook`]: the status POSTed to edgelink-operator.
-//! - [`heartbeat`]: the heartbeat POSTed beside it, every second.
+//! - [`heartbeat`]: the heartbeat POSTed beside it, every half second.
 //! - [`table`]: `edgelinkd status`'s table, filters and exit status.
 //!
 //! It reads the node through [`Source`] only: it never starts, stops or

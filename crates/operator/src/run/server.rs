@@ -11,7 +11,7 @@
 //!   answers 503: edgelinkd retries, and the webhook Service leads to the
 //!   leader anyway).
 //! - `POST /v1/heartbeat`: edgelinkd is alive (`{"node": "kedge1",
-//!   "intervalMs": 1000}`, every second), with the same token and the same
+//!   "intervalMs": 500}`, every half second), with the same token and the same
 //!   checks; a node that sends them and goes silent for `--node-lost-after`
 //!   is lost. A review is cached a minute, so a heartbeat costs the API
 //!   server nothing.
