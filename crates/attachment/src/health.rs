@@ -35,15 +35,22 @@ impl HealthKind {
     }
 }
 
-impl fmt::Display for HealthKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl HealthKind {
+    /// As the config spells it (`health.type`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
             HealthKind::Tcp => "tcp",
             HealthKind::Icmp => "icmp",
             HealthKind::Http => "http",
             HealthKind::Udp => "udp",
             HealthKind::Modbus => "modbus",
-        })
+        }
+    }
+}
+
+impl fmt::Display for HealthKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

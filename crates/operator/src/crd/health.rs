@@ -1,39 +1,15 @@
 //! `Device.spec.health`: how edgelinkd on each of the Device's nodes probes
 //! the device, from inside the proxy pod's network namespace (the path
 //! clients' traffic takes). Rendered into the NAD as the plugin's `health`
-//! key (`render::health_config`); every field has a default, so a Device
+//! key (`render::health::config`); every field has a default, so a Device
 //! without `health` is probed too.
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ProbeType {
-    /// Connect to a TCP port, then close.
-    #[default]
-    Tcp,
-    /// One ICMP echo request and its reply.
-    Icmp,
-    /// `GET path`: the status must be `expectStatus` (default any 2xx or 3xx).
-    Http,
-    /// Send `payload`; any reply within the timeout.
-    Udp,
-    /// Read one holding register (function 3) of `unitId` at `register`.
-    Modbus,
-}
-
-impl ProbeType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProbeType::Tcp => "tcp",
-            ProbeType::Icmp => "icmp",
-            ProbeType::Http => "http",
-            ProbeType::Udp => "udp",
-            ProbeType::Modbus => "modbus",
-        }
-    }
-}
+/// The probe types are the plugin's own (`health.type`): one list, so the
+/// operator can never render one the plugin does not know.
+pub use edgelink_attachment::HealthKind as ProbeType;
 
 /// As `proxy_protocol_schema`: no `null` in the enum of an Option.
 fn probe_type_schema(_: &mut SchemaGenerator) -> Schema {
@@ -123,5 +99,34 @@ impl DeviceHealth {
             .filter(|(_, set, takes)| *set && !takes)
             .map(|(k, _, _)| k)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schema's enum is exactly the plugin's probe types.
+    #[test]
+    fn the_schema_lists_every_probe_type_the_plugin_takes() {
+        let schema = probe_type_schema(&mut SchemaGenerator::default());
+        let listed: Vec<ProbeType> = schema
+            .get("enum")
+            .and_then(|e| e.as_array())
+            .expect("an enum")
+            .iter()
+            .map(|v| serde_json::from_value(v.clone()).expect("a probe type"))
+            .collect();
+        let all = [
+            ProbeType::Tcp,
+            ProbeType::Icmp,
+            ProbeType::Http,
+            ProbeType::Udp,
+            ProbeType::Modbus,
+        ];
+        assert_eq!(listed, all);
+        for t in all {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
     }
 }
