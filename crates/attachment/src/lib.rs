@@ -75,6 +75,12 @@ pub struct Record {
     /// (an older daemon ignores the key: it serves the forwards as before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// `virtualAddresses`: the addresses devices dial for the reverse
+    /// forwards, held on the interface by one attachment at a time (the
+    /// daemon adds and announces them while it holds them). Absent in
+    /// records written before they existed, and when none are configured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub virtual_addresses: Vec<std::net::IpAddr>,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     /// The network configuration ADD ran with (without `prevResult`), so a

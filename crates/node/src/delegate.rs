@@ -94,6 +94,7 @@ mod tests {
             reverse: vec![],
             dns: None,
             health: None,
+            virtual_addresses: Vec::new(),
             created_at: 0,
             cni_config: config,
             pid_namespace: None,

@@ -46,6 +46,7 @@ fn rec(cid: &str) -> Record {
         reverse: vec![],
         dns: None,
         health: None,
+        virtual_addresses: Vec::new(),
         created_at: 1,
         cni_config: None,
     }

@@ -218,6 +218,7 @@ fn add(
         reverse: cfg.reverse_for(&own),
         dns: cfg.dns.clone(),
         health: cfg.health.clone(),
+        virtual_addresses: Vec::new(), // TODO(helper): cfg.virtual_addresses
         created_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
