@@ -3,9 +3,10 @@
 //! (`validate`), the device health derived from edgelinkd's reports
 //! (`report`) and what it means for each node and its readiness gate
 //! (`nodes`), who sent a report (`sender`), and the cluster Services a
-//! device may call (`reverse`), and the pods that require devices
-//! (`requires`). The binary (src/main.rs and src/run/) adds the controller,
-//! leader election and the HTTP endpoints.
+//! device may call (`reverse`), the pods that require devices
+//! (`requires`), and who holds a Device's virtual address (`vip`). The
+//! binary (src/main.rs and src/run/) adds the controller, leader election
+//! and the HTTP endpoints.
 
 pub mod crd;
 pub mod nodes;
@@ -18,6 +19,7 @@ pub mod sender;
 mod target;
 pub mod validate;
 mod verdict;
+pub mod vip;
 
 #[cfg(test)]
 mod fixtures;

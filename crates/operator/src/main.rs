@@ -243,7 +243,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         service_account: service_account.to_string(),
     };
     let auth = run::auth::Auth::new(expect, Box::new(run::auth::Kube(client.clone())));
-    let app = Arc::new(App::new(metrics.clone(), reports.clone(), auth));
+    // A virtual address's grant lasts as long as a silent node takes to be
+    // lost: a lost holder's address moves then.
+    let holds = Arc::new(run::grants::Holds::new(args.node_lost_after));
+    let app = Arc::new(App::new(
+        metrics.clone(),
+        reports.clone(),
+        holds.clone(),
+        auth,
+    ));
     let listener = run::server::bind(args.listen).await?;
     let server = tokio::spawn(run::server::serve(
         app.clone(),
@@ -271,6 +279,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         r = server => return Err(anyhow::anyhow!("the HTTP endpoint stopped: {r:?}")),
     };
+    holds.leading();
     app.leader.store(true, Ordering::Relaxed);
     metrics.leader.set(1);
     if !args.webhook_service.is_empty() {
@@ -303,6 +312,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             edge_label: label(&args.edge_node_label),
         },
         reports,
+        holds,
         metrics: metrics.clone(),
         resync: args.resync,
         stale_after: args.report_stale_after,

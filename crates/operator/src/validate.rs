@@ -317,7 +317,7 @@ pub fn network(n: &EdgeNetwork) -> Result<(), Invalid> {
     finish(p)
 }
 
-fn first_host(n: IpNetwork) -> IpAddr {
+pub(crate) fn first_host(n: IpNetwork) -> IpAddr {
     match n {
         IpNetwork::V4(v) if v.prefix() < 31 => IpAddr::V4((u32::from(v.network()) + 1).into()),
         IpNetwork::V6(v) if v.prefix() < 127 => IpAddr::V6((u128::from(v.network()) + 1).into()),
@@ -325,7 +325,7 @@ fn first_host(n: IpNetwork) -> IpAddr {
     }
 }
 
-fn last_host(n: IpNetwork) -> IpAddr {
+pub(crate) fn last_host(n: IpNetwork) -> IpAddr {
     match n {
         IpNetwork::V4(v) if v.prefix() < 31 => IpAddr::V4((u32::from(v.broadcast()) - 1).into()),
         IpNetwork::V4(v) => IpAddr::V4(v.broadcast()),

@@ -124,6 +124,18 @@ pub(super) fn device_spec(s: &mut Schema) {
                 "an entry has the port and protocol of a port: devices could not reach the port"
                     .into(),
             ),
+            on(
+                "virtualAddresses",
+                "!has(self.virtualAddresses) || size(self.virtualAddresses) == 0 || (has(self.reverse) && size(self.reverse) > 0)",
+                Reason::FieldValueInvalid,
+                "needs reverse entries: nothing else listens on a virtual address".into(),
+            ),
+            on(
+                "virtualAddresses",
+                "!has(self.virtualAddresses) || !(self.address in self.virtualAddresses)",
+                Reason::FieldValueInvalid,
+                "names the device's own address".into(),
+            ),
         ],
     );
 }
@@ -139,6 +151,20 @@ pub(super) fn unicast(s: &mut Schema) {
         .message(expr(
             "self + ' is not a unicast address (unspecified, loopback, multicast or broadcast)'",
         ))],
+    );
+}
+
+/// `spec.virtualAddresses`: unicast, at most one per family (the
+/// subnets and ranges are `vip::check`'s).
+pub(super) fn virtual_addresses(s: &mut Schema) {
+    add(
+        s,
+        [
+            Rule::new("self.all(a, !isIP(a) || ip(a).isGlobalUnicast())")
+                .message("a virtual address must be a global unicast address"),
+            Rule::new("self.filter(a, isIP(a) && ip(a).family() == 4).size() <= 1 && self.filter(a, isIP(a) && ip(a).family() == 6).size() <= 1")
+                .message("at most one IPv4 and one IPv6 virtual address"),
+        ],
     );
 }
 

@@ -90,6 +90,16 @@ pub(crate) fn cidr_list_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// Up to two addresses (`spec.virtualAddresses`), a set.
+fn ip_list_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": 2,
+        "x-kubernetes-list-type": "set",
+        "items": {"type": "string", "maxLength": IP_MAX_LENGTH, "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}
+    })
+}
+
 /// A device on an edge node's private segment, exposed to the cluster as a
 /// Service of the same name. The operator makes its NetworkAttachmentDefinition,
 /// its proxy pod (a one-pod StatefulSet pinned to the node) and its Service.
@@ -196,6 +206,14 @@ pub struct DeviceSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[schemars(transform = cel::unique_ports)]
     pub reverse: Vec<DeviceReverse>,
+    /// The address devices dial for the reverse entries whichever node
+    /// serves them (one IPv4 and/or one IPv6, in the segment's subnets,
+    /// outside every node's range): held by one proxy pod at a time,
+    /// moved to another node's when its node is lost or cannot reach the
+    /// device, and announced there (gratuitous ARP, unsolicited NA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "ip_list_schema", transform = cel::virtual_addresses)]
+    pub virtual_addresses: Vec<String>,
     /// Let `reverse[].allowedSources` lie outside the segment's subnets
     /// (plugin `allowForeignSources`; default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]

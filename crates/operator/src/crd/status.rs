@@ -56,6 +56,13 @@ pub struct DeviceStatus {
     /// The latest successful probe of the device from any node (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen: Option<String>,
+    /// With `spec.virtualAddresses`: the node whose proxy holds them now
+    /// (absent while they move or no proxy may hold them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_address_holder: Option<String>,
+    /// Since when it has held them (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_address_since: Option<String>,
 }
 
 /// One node of a Device, as its edgelinkd last reported.

@@ -251,6 +251,11 @@ pub fn cni_config(d: &Device, net: &EdgeNetwork, nodes: &[String], reverse: &[Re
     let reverse = crate::reverse::plugin_entries(d, reverse);
     if !reverse.is_empty() {
         o.insert("reverse".into(), Value::Array(reverse));
+        // The plugin refuses virtual addresses without reverse entries
+        // (none is rendered while no target resolves).
+        if !d.spec.virtual_addresses.is_empty() {
+            o.insert("virtualAddresses".into(), json!(d.spec.virtual_addresses));
+        }
     }
     if d.spec.allow_foreign_sources == Some(true) {
         o.insert("allowForeignSources".into(), json!(true));

@@ -2,6 +2,7 @@
 //! the proxy pods' settings, the nodes' reports, the metrics, the timing)
 //! and the one way it fails ([`Error`]: an API call, named).
 
+use crate::run::grants::Holds;
 use crate::run::metrics::Metrics;
 use crate::run::reports::Reports;
 use edgelink_operator::render::ProxyPodSettings;
@@ -28,6 +29,8 @@ pub struct Ctx {
     pub client: Client,
     pub settings: ProxyPodSettings,
     pub reports: Arc<Reports>,
+    /// Who holds each Device's virtual address.
+    pub holds: Arc<Holds>,
     pub metrics: Arc<Metrics>,
     /// Reconcile every Device at least this often.
     pub resync: Duration,

@@ -26,7 +26,7 @@
 use crate::run::context::{kube_err, Ctx, Error};
 use crate::run::make::{make, Made};
 use crate::run::metrics::{Outcome, Reason};
-use crate::run::proxies;
+use crate::run::{holds, proxies};
 use edgelink_operator::crd::{Device, DeviceStatus, EdgeNetwork, NetworkAttachmentDefinition};
 use edgelink_operator::nodes::{self, NodeDecision};
 use edgelink_operator::render::{self, DEVICE_LABEL, MANAGER};
@@ -106,6 +106,7 @@ pub async fn reconcile(d: Arc<Device>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 
 async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str), Error> {
     if d.metadata.deletion_timestamp.is_some() {
+        ctx.holds.forget(&crate::run::grants::key(d));
         // The garbage collector deletes what it owns.
         return Ok((Action::await_change(), "deleting"));
     }
@@ -125,6 +126,7 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
     };
     let decisions = proxies::observe(ctx, d, proxies, resolved, &old).await?;
     let primary = fill_nodes(&mut status, &decisions);
+    holds::place(ctx, d, &decisions, &old, &mut status).await;
     let reachable = match &made {
         Err(_) => verdict(
             "Unknown",

@@ -209,6 +209,14 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
             e.to_string(),
         )));
     }
+    let vip = edgelink_operator::vip::check(d, &net, &nodes);
+    if !vip.is_empty() {
+        return Ok(Err(not_applied(
+            "InvalidPlacement",
+            "invalid",
+            vip.join("; "),
+        )));
+    }
     let services = crate::run::services::lookup(&ctx.client, d).await?;
     let reverse = edgelink_operator::reverse::resolve(d, &services, &ctx.cluster_domain);
     for node in &nodes {

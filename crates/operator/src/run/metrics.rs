@@ -3,7 +3,7 @@
 //! reports and heartbeats taken, whether this replica leads, and per
 //! Device and node whether the node reaches the device, its transitions,
 //! and what the operator did about them (readiness gates set, pods of
-//! lost nodes marked not Ready).
+//! lost nodes marked not Ready, virtual addresses moved).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -31,6 +31,12 @@ pub struct DeviceNode {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceKey {
+    pub namespace: String,
+    pub device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Transition {
     pub namespace: String,
     pub device: String,
@@ -53,6 +59,8 @@ pub struct Metrics {
     pub transitions: Family<Transition, Counter>,
     pub gates_set: Counter,
     pub marked_not_ready: Counter,
+    /// A Device's virtual address taken by another proxy.
+    pub vip_moves: Family<DeviceKey, Counter>,
 }
 
 impl Metrics {
@@ -72,6 +80,7 @@ impl Metrics {
             transitions: Family::default(),
             gates_set: Counter::default(),
             marked_not_ready: Counter::default(),
+            vip_moves: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -129,6 +138,11 @@ impl Metrics {
                 "pods_marked_not_ready",
                 "Proxy pods of lost nodes marked not Ready by the operator",
                 m.marked_not_ready.clone(),
+            );
+            r.register(
+                "virtual_address_moves",
+                "A Device's virtual address granted to another proxy pod",
+                m.vip_moves.clone(),
             );
         }
         m

@@ -135,6 +135,11 @@ impl Reports {
     /// Node `node` was heard: a report (`every` None) or a heartbeat that
     /// announces its interval. A node heard again after it was lost asks
     /// for its Devices' reconciles.
+    /// Reconcile Device `ns/name` now.
+    pub fn reconcile(&self, ns: &str, name: &str) {
+        let _ = self.trigger.send(ObjectRef::new(name).within(ns));
+    }
+
     pub fn heard(&self, node: &str, every: Option<Duration>) {
         let was_lost = {
             let mut h = self.heard.lock().unwrap_or_else(|e| e.into_inner());

@@ -14,12 +14,16 @@
 //!   "intervalMs": 500}`, every half second), with the same token and the same
 //!   checks; a node that sends them and goes silent for `--node-lost-after`
 //!   is lost. A review is cached a minute, so a heartbeat costs the API
-//!   server nothing.
+//!   server nothing. It also says which attachments hold their Device's
+//!   virtual address (`"holding": ["hil/device01-05-kedge1-0"]`), and
+//!   the answer grants or takes them back (`{"holds": [...], "releases":
+//!   [...], "holdMs": 1500}`, [`crate::run::grants`]).
 //!
 //! Connections are bounded as edgelinkd's status server's are
 //! ([`edgelink_http_limits`]), and report bodies are read a few at a time.
 
 use crate::run::auth::Auth;
+use crate::run::grants::Holds;
 use crate::run::metrics::Metrics;
 use crate::run::reports::Reports;
 use bytes::Bytes;
@@ -52,6 +56,7 @@ pub const LIMITS: Limits = Limits {
 pub struct App {
     pub metrics: Arc<Metrics>,
     pub reports: Arc<Reports>,
+    pub holds: Arc<Holds>,
     pub leader: AtomicBool,
     pub synced: AtomicBool,
     pub auth: Auth,
@@ -59,10 +64,11 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(metrics: Arc<Metrics>, reports: Arc<Reports>, auth: Auth) -> App {
+    pub fn new(metrics: Arc<Metrics>, reports: Arc<Reports>, holds: Arc<Holds>, auth: Auth) -> App {
         App {
             metrics,
             reports,
+            holds,
             leader: AtomicBool::new(false),
             synced: AtomicBool::new(false),
             auth,
@@ -149,10 +155,15 @@ struct Heartbeat {
     node: String,
     #[serde(default)]
     interval_ms: u64,
+    /// The attachments (`namespace/pod`) that hold their Device's virtual
+    /// address (an edgelinkd before them sends none).
+    #[serde(default)]
+    holding: Vec<String>,
 }
 
-/// The largest heartbeat taken.
-const MAX_HEARTBEAT: usize = 4096;
+/// The largest heartbeat taken (a node of 500 attachments that all hold
+/// an address: ~40 KiB).
+const MAX_HEARTBEAT: usize = 64 * 1024;
 
 async fn take_heartbeat(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let sender = match app.auth.node_of(bearer(&req)).await {
@@ -179,7 +190,18 @@ async fn take_heartbeat(app: &App, req: Request<Incoming>) -> Response<Full<Byte
             app.metrics.heartbeats.inc();
             let every = Duration::from_millis(h.interval_ms.clamp(100, 60_000));
             app.reports.heard(&h.node, Some(every));
-            reply(StatusCode::NO_CONTENT, "")
+            let answer = app.holds.beat(&h.node, &h.holding);
+            for device in &answer.moved {
+                if let Some((ns, name)) = device.split_once('/') {
+                    app.reports.reconcile(ns, name);
+                }
+            }
+            let body = serde_json::to_vec(&answer).unwrap_or_default();
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
         }
         Ok(_) => reply(StatusCode::BAD_REQUEST, "heartbeat has no node name\n"),
         Err(e) => reply(

@@ -60,6 +60,7 @@ fn every_rule_reads_and_points_at_fields_of_its_own_schema() {
             "Device.spec.ports[]",
             "Device.spec.reverse",
             "Device.spec.reverse[]",
+            "Device.spec.virtualAddresses",
             "EdgeNetwork.spec",
             "EdgeNetwork.spec.ipam.ranges[]",
         ]

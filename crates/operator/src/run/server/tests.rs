@@ -114,6 +114,9 @@ async fn start_with(fake: Fake, limits: Limits) -> (Arc<App>, SocketAddr) {
     let app = Arc::new(App::new(
         Arc::new(Metrics::new()),
         Arc::new(reports),
+        Arc::new(crate::run::grants::Holds::new(
+            std::time::Duration::from_secs(3),
+        )),
         Auth::new(expect, Box::new(fake)),
     ));
     let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
@@ -253,11 +256,54 @@ async fn heartbeats_are_checked_as_reports_are_and_keep_a_node_heard() {
     let (code, body) = beat(Some("t-kedge1"), b"{}".to_vec()).await;
     assert_eq!(code, 400, "{body}");
     assert_eq!(app.reports.heard_state("kedge1"), Heard::Never);
-    assert_eq!(beat(Some("t-kedge1"), hb("kedge1")).await.0, 204);
+    let (code, body) = beat(Some("t-kedge1"), hb("kedge1")).await;
+    assert_eq!((code, body.as_str()), (200, r#"{"holdMs":3000}"#));
     assert_eq!(app.reports.heard_state("kedge1"), Heard::Alive);
     assert_eq!(call(addr, "GET", "/v1/heartbeat", None, b"").await.0, 405);
     let m = app.metrics.render();
     assert!(m.contains("edgelink_operator_heartbeats_total 1\n"), "{m}");
+}
+
+#[tokio::test]
+async fn a_heartbeat_is_granted_its_own_nodes_virtual_addresses_only() {
+    let (app, addr) = start().await;
+    app.leader.store(true, Ordering::Relaxed);
+    app.holds.leading();
+    let pods = vec![
+        ("kedge1".to_string(), "hil/d-kedge1-0".to_string()),
+        ("kedge2".to_string(), "hil/d-kedge2-0".to_string()),
+    ];
+    app.holds
+        .lock()
+        .place("hil/d", pods.clone(), Some("hil/d-kedge2-0".into()));
+    let beat = |body: &'static str| async move {
+        call(
+            addr,
+            "POST",
+            "/v1/heartbeat",
+            Some("Bearer t-kedge1"),
+            body.as_bytes(),
+        )
+        .await
+    };
+    // kedge1 claims kedge2's pod: nothing for it; its own is told to let go.
+    let (code, body) = beat(
+        r#"{"node": "kedge1", "intervalMs": 500, "holding": ["hil/d-kedge2-0", "hil/d-kedge1-0"]}"#,
+    )
+    .await;
+    assert_eq!(
+        (code, body.as_str()),
+        (200, r#"{"releases":["hil/d-kedge1-0"],"holdMs":3000}"#)
+    );
+    app.holds
+        .lock()
+        .place("hil/d", pods, Some("hil/d-kedge1-0".into()));
+    // Just after taking the lead, only a pod that holds already is granted.
+    let (_, body) = beat(r#"{"node": "kedge1", "intervalMs": 500}"#).await;
+    assert_eq!(body, r#"{"holdMs":3000}"#);
+    let (_, body) =
+        beat(r#"{"node": "kedge1", "intervalMs": 500, "holding": ["hil/d-kedge1-0"]}"#).await;
+    assert_eq!(body, r#"{"holds":["hil/d-kedge1-0"],"holdMs":3000}"#);
 }
 
 #[tokio::test]
