@@ -15,11 +15,13 @@ use reverse::{check_reverse, parse_dns, parse_reverse};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
+use virtual_addresses::parse_virtual;
 
 mod forwards;
 pub mod health;
 pub mod keys;
 mod reverse;
+mod virtual_addresses;
 
 pub use crate::node::DEFAULT_STATE_DIR;
 pub const DEFAULT_BRIDGE: &str = "edge0";
@@ -96,6 +98,10 @@ pub struct Config {
     pub dns: Option<Dns>,
     /// `health`: the device health probe, defaults filled in.
     pub health: Option<Health>,
+    /// `virtualAddresses`: at most one IPv4 and one IPv6 address inside
+    /// the interface's subnets that devices dial for the reverse forwards;
+    /// edgelinkd holds them on one attachment at a time.
+    pub virtual_addresses: Vec<IpAddr>,
 }
 
 /// Settings that must be read even from a config that is otherwise bad
@@ -438,6 +444,7 @@ impl Config {
         let allowed_targets = parse_cidr_list(o, "allowedTargets")?;
         let health = parse_health(o, &forwards)?;
         let reverse = parse_reverse(o, &forwards)?;
+        let virtual_addresses = parse_virtual(o, &reverse)?;
         let allow_foreign_sources = get_bool(o, "allowForeignSources")?;
         let dns = parse_dns(
             o,
@@ -459,12 +466,14 @@ impl Config {
             allow_foreign_sources,
             dns,
             health,
+            virtual_addresses,
         };
         // With the built-in IPAM the subnets are known now: check targets
         // before anything is touched. Delegated IPAM is checked after ADD.
         if let Ipam::Builtin(ic) = &cfg.ipam {
             cfg.check_targets(&ic.subnets())?;
             cfg.check_reverse(&ic.subnets())?;
+            cfg.check_virtual(&ic.subnets(), &[])?;
         } else if let Some(explicit) = &cfg.allowed_targets {
             cfg.check_targets(explicit)?;
         }

@@ -18,3 +18,4 @@ mod review_plugin;
 mod runtimes;
 mod sticky_pod;
 mod validate;
+mod virtual_addresses;

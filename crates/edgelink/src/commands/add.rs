@@ -144,6 +144,13 @@ fn add(
     if !matches!(cfg.ipam, Ipam::Builtin(_)) {
         cfg.check_targets(&own)?;
         cfg.check_reverse(&own)?;
+        let gateways: Vec<IpAddr> = assigned
+            .ips
+            .iter()
+            .filter_map(|i| i.gateway)
+            .chain(assigned.routes.iter().filter_map(|r| r.gw))
+            .collect();
+        cfg.check_virtual(&own, &gateways)?;
     }
 
     // 3. Configure the pod side.
@@ -218,7 +225,7 @@ fn add(
         reverse: cfg.reverse_for(&own),
         dns: cfg.dns.clone(),
         health: cfg.health.clone(),
-        virtual_addresses: Vec::new(), // TODO(helper): cfg.virtual_addresses
+        virtual_addresses: cfg.virtual_addresses.clone(),
         created_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

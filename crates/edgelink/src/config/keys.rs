@@ -50,6 +50,8 @@ const TOP: &[&str] = &[
     "allowedTargets",
     "reverse",
     "allowForeignSources",
+    // Where devices dial the reverse forwards; one attachment holds them.
+    "virtualAddresses",
     "health",
 ];
 

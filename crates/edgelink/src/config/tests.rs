@@ -487,3 +487,6 @@ fn dns_comes_from_the_runtime_before_the_config() {
 
 #[path = "health_tests.rs"]
 mod health_tests;
+
+#[path = "virtual_tests.rs"]
+mod virtual_tests;
