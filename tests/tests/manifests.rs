@@ -156,7 +156,7 @@ fn the_daemonset_runs_edgelinkd_with_what_it_uses() {
     assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
     for cap in strings(&sc["capabilities"]["add"]) {
         assert!(
-            ["SYS_ADMIN", "NET_ADMIN", "NET_BIND_SERVICE"].contains(&cap.as_str()),
+            ["SYS_ADMIN", "NET_ADMIN", "NET_BIND_SERVICE", "NET_RAW"].contains(&cap.as_str()),
             "capability {cap} is not justified in docs/security.md"
         );
     }

@@ -511,6 +511,8 @@ impl RunArgs {
             cni_path: self.cni_path.0.clone(),
             ipam_gc_grace: self.ipam_gc_grace,
             cluster_resolv_conf: self.cluster_resolv_conf.0.clone(),
+            operator_grants: (self.status_webhook.is_some() || self.status_webhook_file.is_some())
+                && !self.status_webhook_heartbeat.is_zero(),
         }
     }
 

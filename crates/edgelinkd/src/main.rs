@@ -172,6 +172,7 @@ fn open_status(
             token_file: args.status_webhook_token_file.clone(),
             node: d.node.status().node,
             every: args.status_webhook_heartbeat,
+            grants: d.node.grants.clone(),
         });
     }
     Ok(())

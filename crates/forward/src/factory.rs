@@ -25,7 +25,12 @@ use tokio::sync::oneshot;
 enum Request {
     Tcp(Domain, oneshot::Sender<io::Result<Socket>>),
     Udp(Domain, oneshot::Sender<io::Result<Socket>>),
-    Listener(SocketAddr, bool, oneshot::Sender<io::Result<Socket>>),
+    /// A listener: its address, TCP or not, and whether it may bind an
+    /// address the namespace does not have yet (IP_FREEBIND: a virtual
+    /// address, present only while the pod holds it).
+    Listener(SocketAddr, bool, bool, oneshot::Sender<io::Result<Socket>>),
+    /// Work of the namespace's own (a virtual address added, announced).
+    Run(Box<dyn FnOnce() + Send>),
     IfIndex(String, oneshot::Sender<io::Result<u32>>),
     /// Any socket (the health probes': TCP, UDP, ICMP datagram or raw).
     Socket(Domain, Type, Protocol, oneshot::Sender<io::Result<Socket>>),
@@ -68,7 +73,7 @@ fn udp_socket(domain: Domain) -> io::Result<Socket> {
     Ok(s)
 }
 
-fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
+fn listener(addr: SocketAddr, stream: bool, freebind: bool) -> io::Result<Socket> {
     let domain = Domain::for_address(addr);
     let s = if stream {
         Socket::new(
@@ -98,6 +103,13 @@ fn listener(addr: SocketAddr, stream: bool) -> io::Result<Socket> {
     }
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
+    }
+    if freebind {
+        if addr.is_ipv6() {
+            s.set_freebind_v6(true)?;
+        } else {
+            s.set_freebind_v4(true)?;
+        }
     }
     // The ingress interface of each accepted connection (IP_PKTOPTIONS) and
     // of each datagram (IP_PKTINFO) tells the private side apart: on before
@@ -160,9 +172,10 @@ impl Factory {
                         Request::Udp(d, reply) => {
                             let _ = reply.send(udp_socket(d));
                         }
-                        Request::Listener(addr, stream, reply) => {
-                            let _ = reply.send(listener(addr, stream));
+                        Request::Listener(addr, stream, freebind, reply) => {
+                            let _ = reply.send(listener(addr, stream, freebind));
                         }
+                        Request::Run(work) => work(),
                         Request::IfIndex(name, reply) => {
                             let _ = reply.send(
                                 nix::net::if_::if_nametoindex(name.as_str())
@@ -224,7 +237,29 @@ impl Factory {
     /// A listening socket bound to `addr` inside the namespace, the only
     /// one on its port (no SO_REUSEPORT).
     pub async fn listener(&self, addr: SocketAddr, stream: bool) -> io::Result<Socket> {
-        self.ask(|tx| Request::Listener(addr, stream, tx)).await
+        self.ask(|tx| Request::Listener(addr, stream, false, tx))
+            .await
+    }
+
+    /// [`listener`](Self::listener) on an address the namespace may not
+    /// have (yet): a virtual address, there only while the pod holds it.
+    pub async fn listener_freebind(&self, addr: SocketAddr, stream: bool) -> io::Result<Socket> {
+        self.ask(|tx| Request::Listener(addr, stream, true, tx))
+            .await
+    }
+
+    /// Run `work` on the namespace's thread (inside the pod's netns): for
+    /// what is not a socket, such as netlink requests and raw frames.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Run(Box::new(move || {
+            let _ = tx.send(work());
+        })));
+        rx.await
+            .map_err(|_| io::Error::other("netns thread is gone"))
     }
 
     /// The index of interface `name` inside the namespace.

@@ -43,16 +43,26 @@ pub async fn bind(ctx: &Ctx) -> Option<Vec<Sock>> {
     // Also on IPv6, so clients of a dual-stack cluster reach an IPv4
     // device too; a pod without IPv6 simply has no such listener.
     // A reverse forward: on the interface's own addresses, each required.
-    let addrs = match &f.reverse {
-        Some(r) => r.listen_addrs(),
-        None => vec![
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
-            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
-        ],
+    // Its virtual addresses too, bound before the pod holds them.
+    let (addrs, virtuals) = match &f.reverse {
+        Some(r) => (r.listen_addrs(), r.virtual_listen_addrs()),
+        None => (
+            vec![
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), spec.port),
+                SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), spec.port),
+            ],
+            Vec::new(),
+        ),
     };
+    let all = addrs.into_iter().map(|a| (a, false));
     let mut socks = Vec::new();
-    for addr in addrs {
-        match ctx.factory.listener(addr, stream).await {
+    for (addr, freebind) in all.chain(virtuals.into_iter().map(|a| (a, true))) {
+        let made = if freebind {
+            ctx.factory.listener_freebind(addr, stream).await
+        } else {
+            ctx.factory.listener(addr, stream).await
+        };
+        match made {
             Ok(s) if stream => socks.push(Sock::Tcp(s.into())),
             Ok(s) => socks.push(Sock::Udp(UdpForward {
                 listener: s.into(),

@@ -47,6 +47,9 @@ pub struct ReverseSide {
     /// The interface's addresses with their prefixes: where it listens,
     /// and the segment a target must not lie in.
     pub segment: Vec<IpNetwork>,
+    /// The attachment's virtual addresses: listened on too (bound before
+    /// the pod holds them, so that taking one needs no new listener).
+    pub virtual_addrs: Vec<IpAddr>,
     current: watch::Sender<Option<SocketAddr>>,
     resolution: Mutex<Resolution>,
     /// A connect to the current address failed: look the name up again.
@@ -73,6 +76,7 @@ impl ReverseSide {
             pod_namespace: None,
             cluster_resolv_conf: None,
             segment,
+            virtual_addrs: Vec::new(),
             current: watch::channel(first).0,
             resolution: Mutex::new(Resolution::default()),
             again: Notify::new(),
@@ -80,11 +84,27 @@ impl ReverseSide {
         }
     }
 
+    /// The attachment's virtual addresses (`virtualAddresses`).
+    pub fn virtual_addresses(mut self, addrs: Vec<IpAddr>) -> Self {
+        self.virtual_addrs = addrs;
+        self
+    }
+
     /// The interface's addresses with the forward's port: its listeners.
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
         self.segment
             .iter()
             .map(|n| SocketAddr::new(n.ip(), self.spec.port))
+            .collect()
+    }
+
+    /// The virtual addresses with the forward's port: listeners bound
+    /// with IP_FREEBIND, which take connections while the pod holds the
+    /// address.
+    pub fn virtual_listen_addrs(&self) -> Vec<SocketAddr> {
+        self.virtual_addrs
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, self.spec.port))
             .collect()
     }
 

@@ -198,7 +198,12 @@ impl ForwardRuntime {
         let r = self.reverse.as_ref()?;
         let res = r.lock().clone();
         Some(ReverseReport {
-            listen: r.listen_addrs().iter().map(|a| a.to_string()).collect(),
+            listen: r
+                .listen_addrs()
+                .iter()
+                .chain(&r.virtual_listen_addrs())
+                .map(|a| a.to_string())
+                .collect(),
             allowed_sources: r
                 .spec
                 .allowed_sources

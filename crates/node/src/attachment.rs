@@ -2,11 +2,13 @@
 //! the tasks that serve them, and how it stops.
 
 use crate::kernel::KernelForwards;
+use crate::vip::VipRuntime;
 use edgelink_attachment::Record;
 use edgelink_forward::factory::Factory;
 use edgelink_forward::health::HealthRuntime;
 use edgelink_forward::private_side::PrivateSide;
 use edgelink_forward::{Ctx, ForwardRuntime, Shared};
+use edgelink_status::grants::Mode;
 use edgelink_status::AttachmentStatus;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -36,6 +38,10 @@ pub struct Attachment {
     /// Its device health (`health`), and the task that probes it.
     pub health: Option<Arc<HealthRuntime>>,
     pub(crate) health_task: Option<JoinHandle<()>>,
+    /// Its virtual addresses (with reverse forwards and a pod name), and
+    /// the task that holds them.
+    pub vip: Option<Arc<VipRuntime>>,
+    pub(crate) vip_task: Option<JoinHandle<()>>,
 }
 
 impl Attachment {
@@ -50,6 +56,17 @@ impl Attachment {
             .health
             .clone()
             .map(|h| Arc::new(HealthRuntime::new(h)));
+        let vip = match (&record.pod_namespace, &record.pod_name) {
+            (Some(ns), Some(pod))
+                if !record.virtual_addresses.is_empty() && !record.reverse.is_empty() =>
+            {
+                Some(Arc::new(VipRuntime::new(
+                    record.virtual_addresses.clone(),
+                    format!("{ns}/{pod}"),
+                )))
+            }
+            _ => None,
+        };
         Attachment {
             record,
             netns_id,
@@ -62,6 +79,8 @@ impl Attachment {
             kernel: None,
             health,
             health_task: None,
+            vip,
+            vip_task: None,
         }
     }
 
@@ -70,7 +89,13 @@ impl Attachment {
     pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.close.send(true);
-        let tasks = self.tasks.into_iter().flatten().chain(self.health_task);
+        // The virtual addresses stay as they are (vip.rs says why).
+        let tasks = self
+            .tasks
+            .into_iter()
+            .flatten()
+            .chain(self.health_task)
+            .chain(self.vip_task);
         let tasks: Vec<JoinHandle<()>> = tasks.collect();
         for t in &tasks {
             t.abort();
@@ -121,7 +146,7 @@ impl Attachment {
         Some((ctx, std::mem::take(&mut self.tasks[i])))
     }
 
-    pub(crate) fn status(&self) -> AttachmentStatus {
+    pub(crate) fn status(&self, grants: Mode) -> AttachmentStatus {
         AttachmentStatus {
             container_id: self.record.container_id.clone(),
             ifname: self.record.ifname.clone(),
@@ -140,6 +165,7 @@ impl Attachment {
             error: self.error.clone(),
             forwards: self.forwards.iter().map(|f| f.report()).collect(),
             health: self.health.as_ref().map(|h| h.report()),
+            virtual_addresses: self.vip.as_ref().map(|v| v.report(grants)),
         }
     }
 }

@@ -18,6 +18,7 @@
 //! - [`reclaim::Reclaimer`]: releasing what a pod left without a DEL;
 //!   delegate.rs runs a delegated IPAM plugin's DEL for it.
 //! - [`kernel::KernelForwards`]: one attachment's kernel-path table.
+//! - [`vip`]: holding an attachment's virtual addresses while granted.
 //! - report.rs: /status, the plugin's CHECK, and the
 //!   [`edgelink_status::Source`] the status surface reads.
 //! - [`watch`]: inotify on the records, to reconcile at once.
@@ -33,6 +34,7 @@ pub mod reclaim;
 mod relisten;
 mod report;
 mod start;
+pub mod vip;
 pub mod watch;
 
 pub use attachment::{Attachment, Key};

@@ -7,6 +7,7 @@ use edgelink_fd_reserve::{FdReserve, FD_RESERVE};
 use edgelink_forward::workers::Workers;
 use edgelink_forward::{ForwardDefaults, Shared};
 use edgelink_relay::PipePool;
+use edgelink_status::grants::{Grants, Mode};
 use edgelink_status::{now, MalformedRecord};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -43,6 +44,10 @@ pub struct Settings {
     /// `--cluster-resolv-conf`: the daemon's own cluster resolver, for
     /// reverse targets' names where the pod's is out of sight.
     pub cluster_resolv_conf: Option<PathBuf>,
+    /// The operator grants the virtual addresses (a heartbeat is sent):
+    /// none is held until it answers. Otherwise each attachment holds its
+    /// own ([`edgelink_status::grants`]).
+    pub operator_grants: bool,
 }
 
 /// Every attachment this node serves, kept equal to the records on disk
@@ -74,6 +79,9 @@ pub struct Node {
     pub changes: watch::Sender<u64>,
     /// One reconcile pass at a time.
     pub(crate) pass: tokio::sync::Mutex<()>,
+    /// Who may hold the attachments' virtual addresses (the heartbeat's
+    /// answers, or each its own).
+    pub grants: Arc<Grants>,
     /// What /status warns of (set by each pass).
     pub(crate) warnings: Mutex<Vec<String>>,
 }
@@ -95,7 +103,13 @@ impl Node {
             gc_grace: settings.ipam_gc_grace,
             reclaimed: AtomicU64::new(0),
         };
+        let grants = Arc::new(Grants::new(if settings.operator_grants {
+            Mode::Unknown
+        } else {
+            Mode::Unmanaged
+        }));
         Arc::new(Node {
+            grants,
             settings,
             name,
             started_at: now(),

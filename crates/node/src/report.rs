@@ -2,15 +2,15 @@
 //! it /metrics and the webhook, through [`edgelink_status::Source`]) and
 //! the answer to the plugin's CHECK.
 
-use crate::attachment::Attachment;
 use crate::node::Node;
 use edgelink_status::{AttachmentStatus, Gauges, Health, Source, Status};
 use std::sync::atomic::Ordering;
 
 impl Node {
     pub fn status(&self) -> Status {
+        let mode = self.grants.mode();
         let mut attachments: Vec<AttachmentStatus> =
-            self.map().values().map(Attachment::status).collect();
+            self.map().values().map(|a| a.status(mode)).collect();
         attachments.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
         Status {
             node: self.name.clone(),

@@ -83,7 +83,8 @@ impl Node {
                 .cluster_resolver(
                     rec.pod_namespace.clone(),
                     self.settings.cluster_resolv_conf.clone(),
-                );
+                )
+                .virtual_addresses(rec.virtual_addresses.clone());
                 ForwardRuntime::reverse(side, &self.settings.defaults)
             })
             .collect()
@@ -147,6 +148,7 @@ impl Node {
         }
         self.start_kernel(&mut a).await;
         self.start_health(&mut a);
+        self.start_vip(&mut a);
         tracing::info!(container = %a.record.container_id, ifname = %a.record.ifname,
             pod = %a.record.pod_name.as_deref().unwrap_or("-"), forwards = a.forwards.len(), "serving attachment");
         a
@@ -181,6 +183,27 @@ impl Node {
             name: format!("{}/{}", a.record.container_id, a.record.ifname),
         };
         a.health_task = Some(tokio::spawn(health::run(prober)));
+    }
+
+    /// The task that holds `a`'s virtual addresses, if it has any.
+    fn start_vip(self: &Arc<Self>, a: &mut Attachment) {
+        let (Some(v), Some((factory, _))) = (a.vip.clone(), a.sockets.as_ref()) else {
+            return;
+        };
+        let node = Arc::downgrade(self);
+        let holder = crate::vip::Holder {
+            vip: v,
+            factory: factory.clone(),
+            ifname: a.record.interface.name.clone(),
+            grants: self.grants.clone(),
+            stop: a.stop.subscribe(),
+            changed: Arc::new(move || {
+                if let Some(n) = node.upgrade() {
+                    n.changed();
+                }
+            }),
+        };
+        a.vip_task = Some(tokio::spawn(crate::vip::run(holder)));
     }
 
     /// The kernel path's table of `a`, installed, and the task that copies

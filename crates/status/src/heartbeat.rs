@@ -6,14 +6,22 @@
 //! the node's proxies out of their Services; the full report stays on its
 //! own, slower, schedule (`webhook`).
 //!
+//! The heartbeat also says which attachments hold their Device's virtual
+//! address, and the answer grants them for a while or takes them back
+//! ([`crate::grants`]); a heartbeat goes at once when what is held
+//! changed by an answer (a release), so the operator can grant the
+//! address elsewhere without waiting for the next tick.
+//!
 //! An operator without the path (404) is asked again a minute later, and
 //! each failure is logged once until it changes.
 
+use crate::grants::{Answer, Grants, Mode};
 use crate::webhook::{parse, token, Url, UrlSource};
 use bytes::Bytes;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where and how often.
@@ -23,6 +31,8 @@ pub struct Settings {
     pub token_file: Option<PathBuf>,
     pub node: String,
     pub every: Duration,
+    /// What the answers grant.
+    pub grants: Arc<Grants>,
 }
 
 /// The heartbeat's path beside the status webhook's: its last segment
@@ -57,14 +67,14 @@ async fn connect(url: &Url) -> Result<Sender, String> {
     Ok(sender)
 }
 
-/// One heartbeat on `sender`; the answer's status code.
+/// One heartbeat on `sender`; the answer's status code and body.
 async fn beat(
     sender: &mut Sender,
     url: &Url,
     path: &str,
     body: &[u8],
     tok: Option<String>,
-) -> Result<u16, String> {
+) -> Result<(u16, Bytes), String> {
     sender.ready().await.map_err(|e| e.to_string())?;
     let mut req = Request::post(path)
         .header("host", format!("{}:{}", url.host, url.port))
@@ -80,10 +90,25 @@ async fn beat(
         .map_err(|_| "no answer within 2 s".to_string())?
         .map_err(|e| e.to_string())?;
     let code = resp.status().as_u16();
-    // Read the (short) answer so the connection can take the next one.
+    // Read the (short) answer; the connection can take the next one then.
     use http_body_util::BodyExt;
-    let _ = tokio::time::timeout(Duration::from_secs(1), resp.into_body().collect()).await;
-    Ok(code)
+    let body = match tokio::time::timeout(Duration::from_secs(1), resp.into_body().collect()).await
+    {
+        Ok(Ok(b)) => b.to_bytes(),
+        _ => Bytes::new(),
+    };
+    Ok((code, body))
+}
+
+/// What an answer means for the grants: an operator that grants
+/// addresses answers 200 with JSON that has `holdMs`; one without them
+/// (204, or JSON without it) leaves the node unmanaged.
+fn take_answer(grants: &Grants, code: u16, body: &[u8], sent: tokio::time::Instant) {
+    let answer = match code {
+        200 => serde_json::from_slice::<Answer>(body).unwrap_or_default(),
+        _ => Answer::default(),
+    };
+    grants.answered(&answer, sent);
 }
 
 /// Start the heartbeat task (nothing when `every` is zero).
@@ -95,8 +120,7 @@ pub fn start(s: Settings) {
 }
 
 async fn run(s: Settings) {
-    let body =
-        serde_json::json!({"node": s.node, "intervalMs": s.every.as_millis() as u64}).to_string();
+    let interval_ms = s.every.as_millis() as u64;
     let mut said: Option<String> = None;
     let mut say = |what: String, warn: bool| {
         if said.as_deref() != Some(what.as_str()) {
@@ -111,11 +135,25 @@ async fn run(s: Settings) {
     let mut tick = tokio::time::interval(s.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut conn: Option<(String, Sender)> = None;
+    // One extra heartbeat at most between two ticks.
+    let mut again = false;
     loop {
-        tick.tick().await;
-        let Ok(Some(url_text)) = s.url.current() else {
-            conn = None;
-            continue;
+        let extra = std::mem::take(&mut again);
+        if !extra {
+            tick.tick().await;
+        }
+        let url_text = match s.url.current() {
+            Ok(Some(u)) => u,
+            Ok(None) => {
+                // No operator: the node holds its attachments' addresses.
+                s.grants.set_mode(Mode::Unmanaged);
+                conn = None;
+                continue;
+            }
+            Err(_) => {
+                conn = None;
+                continue;
+            }
         };
         let Ok(url) = parse(&url_text) else {
             continue; // the webhook task says why
@@ -143,14 +181,25 @@ async fn run(s: Settings) {
                 continue;
             }
         };
+        let sent = tokio::time::Instant::now();
+        let holding = s.grants.holding(sent);
+        let body =
+            serde_json::json!({"node": s.node, "intervalMs": interval_ms, "holding": holding})
+                .to_string();
         match beat(sender, &url, &path, body.as_bytes(), tok).await {
-            Ok(204 | 200) => say(format!("beating every {:?} to {path}", s.every), false),
-            Ok(404) => {
+            Ok((code @ (204 | 200), answer)) => {
+                say(format!("beating every {:?} to {path}", s.every), false);
+                take_answer(&s.grants, code, &answer, sent);
+                // A release (or a new grant): tell the operator now.
+                again = !extra && s.grants.holding(tokio::time::Instant::now()) != holding;
+            }
+            Ok((404, _)) => {
                 say(format!("{path} answered 404 (an operator without heartbeats): asking again in a minute"), true);
+                s.grants.set_mode(Mode::Unmanaged);
                 conn = None;
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
-            Ok(code) => {
+            Ok((code, _)) => {
                 // 503 from a standby operator: the next connection may reach the leader.
                 say(format!("{path} answered {code}"), true);
                 conn = None;

@@ -6,12 +6,14 @@
 //!   `/status`) and the client `edgelinkd status` uses.
 //! - [`metrics`]: the Prometheus (OpenMetrics) rendering of a [`Status`].
 //! - [`webhook`]: the status POSTed to edgelink-operator.
-//! - [`heartbeat`]: the heartbeat POSTed beside it, every half second.
+//! - [`heartbeat`]: the heartbeat POSTed beside it, every half second,
+//!   and [`grants`]: what the operator's answers grant (virtual addresses).
 //! - [`table`]: `edgelinkd status`'s table, filters and exit status.
 //!
 //! It reads the node through [`Source`] only: it never starts, stops or
 //! changes an attachment, and never touches a pod's namespace.
 
+pub mod grants;
 pub mod heartbeat;
 pub mod http;
 pub mod metrics;

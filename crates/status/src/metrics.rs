@@ -294,6 +294,44 @@ fn register_health(reg: &mut Registry, status: &Status) {
     );
 }
 
+/// Every attachment's virtual addresses: held or not, moves, announcements.
+fn register_virtual(reg: &mut Registry, status: &Status) {
+    let held: Family<Labels, Gauge> = Family::default();
+    let moves: Family<Labels, Counter> = Family::default();
+    let announced: Family<Labels, Counter> = Family::default();
+    for a in &status.attachments {
+        let Some(v) = &a.virtual_addresses else {
+            continue;
+        };
+        let mut labels = labels_of(a);
+        labels.push(("addresses".into(), v.addresses.join(",")));
+        held.get_or_create(&labels).set(i64::from(v.held));
+        for (what, n) in [("taken", v.taken_total), ("released", v.released_total)] {
+            let mut l = labels.clone();
+            l.push(("change".into(), what.into()));
+            moves.get_or_create(&l).inc_by(n);
+        }
+        announced
+            .get_or_create(&labels)
+            .inc_by(v.announcements_total);
+    }
+    reg.register(
+        "virtual_address_held",
+        "1 while the attachment holds its virtual addresses on its interface",
+        held,
+    );
+    reg.register(
+        "virtual_address_changes",
+        "Virtual addresses taken and released by the attachment",
+        moves,
+    );
+    reg.register(
+        "virtual_address_announcements",
+        "Gratuitous ARPs and unsolicited neighbour advertisements sent",
+        announced,
+    );
+}
+
 /// A figure of the node as a whole.
 enum Figure {
     Gauge(i64),
@@ -381,6 +419,7 @@ pub fn render(d: &dyn Source, commit: &str) -> String {
     let mut reg = Registry::with_prefix("edgelink");
     register_forwards(&mut reg, &status);
     register_health(&mut reg, &status);
+    register_virtual(&mut reg, &status);
     register_node(&mut reg, &status, d.gauges(), commit);
     let mut out = String::new();
     let _ = encode(&mut out, &reg);

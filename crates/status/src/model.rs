@@ -167,6 +167,29 @@ pub struct ForwardStatus {
 }
 
 /// An attachment's device health (its `health` probe), as the operator
+/// An attachment's virtual addresses: whether it holds them, as the
+/// operator's grants (or, without an operator, the attachment alone) say.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualStatus {
+    pub addresses: Vec<String>,
+    /// On the interface now.
+    pub held: bool,
+    /// Since when held, or released (seconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// `operator`, `unmanaged` (no operator grants: held while the
+    /// daemon runs) or `unknown` (no answer from the operator yet).
+    pub granted_by: String,
+    /// Why the last add, removal or announcement failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub taken_total: u64,
+    pub released_total: u64,
+    /// Gratuitous ARPs / unsolicited NAs sent (each address, each time).
+    pub announcements_total: u64,
+}
+
 /// reads it (docs/status.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -220,6 +243,9 @@ pub struct AttachmentStatus {
     /// The device health probe; absent when none is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthStatus>,
+    /// Its virtual addresses (`virtualAddresses`); absent without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_addresses: Option<VirtualStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

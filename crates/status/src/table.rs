@@ -351,6 +351,7 @@ mod tests {
                 error: None,
                 forwards,
                 health: None,
+                virtual_addresses: None,
             }],
             malformed_records: vec![],
             reclaimed_total: 0,

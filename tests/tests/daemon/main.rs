@@ -33,5 +33,6 @@ mod security;
 mod settings;
 mod tcp;
 mod udp;
+mod virtual_address;
 mod visibility;
 mod webhook_file;

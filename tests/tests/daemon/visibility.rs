@@ -347,6 +347,9 @@ fn edgelinkd_status_filters_shows_the_address_and_says_by_its_exit_status_what_i
 pub(crate) struct Receiver {
     pub(crate) got: Arc<Mutex<Vec<(String, String)>>>,
     pub(crate) beats: Arc<Mutex<Vec<String>>>,
+    /// When set, heartbeats are answered 200 with this JSON (an
+    /// operator's grants of virtual addresses).
+    pub(crate) grants: Arc<Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -368,8 +371,9 @@ impl Receiver {
         l.set_nonblocking(true).unwrap();
         let got = Arc::new(Mutex::new(Vec::new()));
         let beats = Arc::new(Mutex::new(Vec::new()));
+        let grants: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
-        let (g, bt, st) = (got.clone(), beats.clone(), stop.clone());
+        let (g, bt, st, gr) = (got.clone(), beats.clone(), stop.clone(), grants.clone());
         let thread = std::thread::spawn(move || {
             let end = Instant::now() + Duration::from_secs(60);
             while !st.load(Ordering::Relaxed) && Instant::now() < end {
@@ -401,8 +405,19 @@ impl Receiver {
                         }
                     }
                 };
-                let _ = c.write_all(answer);
                 let path = head.split_whitespace().nth(1).unwrap_or("");
+                let granting = gr.lock().unwrap().clone();
+                match granting.filter(|_| path.ends_with("/heartbeat")) {
+                    Some(json) => {
+                        let _ = c.write_all(format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{json}",
+                            json.len()
+                        ).as_bytes());
+                    }
+                    None => {
+                        let _ = c.write_all(answer);
+                    }
+                }
                 if path.ends_with("/heartbeat") {
                     bt.lock().unwrap().push(body);
                 } else if !head.is_empty() {
@@ -413,6 +428,7 @@ impl Receiver {
         Receiver {
             got,
             beats,
+            grants,
             stop,
             thread: Some(thread),
         }

@@ -128,7 +128,10 @@ fn the_heartbeat_goes_beside_the_webhook_as_often_as_asked() {
         l.daemon().log_text()
     );
     let b: serde_json::Value = serde_json::from_str(&beats()[0]).unwrap();
-    assert_eq!(b, serde_json::json!({"node": "kedge7", "intervalMs": 200}));
+    assert_eq!(
+        b,
+        serde_json::json!({"node": "kedge7", "intervalMs": 200, "holding": []})
+    );
     assert!(posts(&r) >= 1, "the report still goes to /v1/status");
     let log = l.daemon().log_text();
     assert!(
