@@ -4,14 +4,18 @@
 //! kept by the leader in memory.
 //!
 //! The rule that keeps the address on one pod: a pod is granted it only
-//! when no other pod of the Device holds an unexpired grant, unless that
-//! pod said in a heartbeat since that it holds nothing (it was told to
-//! release). A leader that just took over does not know what its
-//! predecessor granted: for `hold` it grants only to a pod that says it
+//! when no other pod of the Device may hold it: none has an unexpired
+//! grant of this leader's, and none said within a grant's length that it
+//! holds one (a grant of the last leader's counts too), unless it said
+//! since that it holds nothing (it was told to release). A leader that
+//! just took over does not know what its predecessor granted: until every
+//! other pod's node has been heard (each heartbeat says what its node
+//! holds), or for `hold` at most, it grants only to a pod that says it
 //! holds the address already (so a holder keeps it across a leader
-//! change that is quicker than `hold`).
+//! change, and an address that lapsed in the change is granted again as
+//! soon as the nodes are heard).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// One Device's address and its proxies.
@@ -22,6 +26,9 @@ struct Entry {
     chosen: Option<String>,
     /// Per pod: the end of its last grant.
     granted: HashMap<String, Instant>,
+    /// Per pod: when its heartbeat last said it holds the address (it
+    /// may, until a grant's length after that).
+    claimed: HashMap<String, Instant>,
     /// The pod that was last granted the address, and since when it has
     /// held it (for the status).
     holder: Option<(String, Instant)>,
@@ -57,6 +64,8 @@ pub struct Answer {
 pub struct Book {
     hold: Duration,
     leading_since: Option<Instant>,
+    /// The nodes heard since this replica leads.
+    heard: HashSet<String>,
     devices: HashMap<String, Entry>,
 }
 
@@ -65,6 +74,7 @@ impl Book {
         Book {
             hold,
             leading_since: None,
+            heard: HashSet::new(),
             devices: HashMap::new(),
         }
     }
@@ -76,6 +86,7 @@ impl Book {
     /// This replica leads from `now`: what was granted before is unknown.
     pub fn leading(&mut self, now: Instant) {
         self.leading_since = Some(now);
+        self.heard.clear();
         self.devices.clear();
     }
 
@@ -85,6 +96,7 @@ impl Book {
         let e = self.devices.entry(device.to_string()).or_default();
         e.placed = Some(Instant::now());
         e.granted.retain(|p, _| pods.iter().any(|(_, q)| q == p));
+        e.claimed.retain(|p, _| pods.iter().any(|(_, q)| q == p));
         e.pods = pods;
         e.chosen = chosen;
     }
@@ -116,6 +128,7 @@ impl Book {
     pub fn beat(&mut self, node: &str, holding: &[String], now: Instant) -> Answer {
         let hold = self.hold;
         let settled = self.leading_since.is_some_and(|t| now >= t + hold);
+        self.heard.insert(node.to_string());
         let mut a = Answer {
             hold_ms: u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
             ..Answer::default()
@@ -133,9 +146,12 @@ impl Book {
                 .collect();
             for p in mine {
                 let says = holding.contains(&p);
-                if !says {
+                if says {
+                    e.claimed.insert(p.clone(), now);
+                } else {
                     // Whatever it was granted, it holds nothing now.
                     e.granted.remove(&p);
+                    e.claimed.remove(&p);
                 }
                 if e.chosen.as_deref() != Some(p.as_str()) {
                     if says {
@@ -143,8 +159,13 @@ impl Book {
                     }
                     continue;
                 }
-                let others_hold = e.granted.iter().any(|(q, until)| *q != p && *until > now);
-                if others_hold || !(settled || says) {
+                let others_hold = e.granted.iter().any(|(q, until)| *q != p && *until > now)
+                    || e.claimed.iter().any(|(q, at)| *q != p && *at + hold > now);
+                let others_known = e
+                    .pods
+                    .iter()
+                    .all(|(n, q)| *q == p || self.heard.contains(n));
+                if others_hold || !(settled || says || others_known) {
                     continue;
                 }
                 e.granted.insert(p.clone(), now + hold);
@@ -241,14 +262,14 @@ mod tests {
     }
 
     #[test]
-    fn a_new_leader_grants_at_first_only_to_a_pod_that_holds_already() {
+    fn a_new_leader_grants_at_first_only_to_a_pod_that_holds_or_once_every_node_is_heard() {
         let mut b = Book::new(HOLD);
         let t0 = Instant::now();
         b.leading(t0);
         b.place("hil/d", two(), Some("hil/d-kedge1-0".into()));
         assert!(
             b.beat("kedge1", &[], t0).holds.is_empty(),
-            "the last leader's grants may run"
+            "kedge2 not heard: it may hold a grant of the last leader's"
         );
         let a = b.beat("kedge1", &["hil/d-kedge1-0".into()], t0);
         assert_eq!(
@@ -260,6 +281,38 @@ mod tests {
         // A pod that says it holds but is not the choice is told to let go.
         let a = b.beat("kedge1", &["hil/d-kedge1-0".into()], t0 + HOLD);
         assert_eq!(a.releases, vec!["hil/d-kedge1-0"]);
+
+        // Another leader: kedge2 says it holds (the last leader's grant),
+        // kedge1 is chosen: not before kedge2 let go.
+        b.leading(t0);
+        b.place("hil/d", two(), Some("hil/d-kedge1-0".into()));
+        let a = b.beat("kedge2", &["hil/d-kedge2-0".into()], t0);
+        assert_eq!(a.releases, vec!["hil/d-kedge2-0"]);
+        assert!(
+            b.beat("kedge1", &[], t0).holds.is_empty(),
+            "kedge2 still holds"
+        );
+        b.beat("kedge2", &[], t0 + Duration::from_millis(10));
+        let a = b.beat("kedge1", &[], t0 + Duration::from_millis(20));
+        assert_eq!(
+            a.holds,
+            vec!["hil/d-kedge1-0"],
+            "every node heard, nobody holds: at once"
+        );
+    }
+
+    #[test]
+    fn a_claim_of_a_silent_node_counts_for_a_grants_length_only() {
+        let (mut b, t) = settled();
+        b.place("hil/d", two(), Some("hil/d-kedge2-0".into()));
+        // kedge1 says it holds (told to let go), then falls silent.
+        b.beat("kedge1", &["hil/d-kedge1-0".into()], t);
+        assert!(b
+            .beat("kedge2", &[], t + Duration::from_millis(500))
+            .holds
+            .is_empty());
+        let a = b.beat("kedge2", &[], t + HOLD + Duration::from_millis(1));
+        assert_eq!(a.holds, vec!["hil/d-kedge2-0"]);
     }
 
     #[test]
