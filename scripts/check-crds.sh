@@ -188,7 +188,8 @@ $AT
     - {name: mqtt, port: 1883, service: {name: mqtt, port: 1883}, idleTimeoutMs: 0}
     - {name: collector, protocol: udp, port: 9000, service: {name: good-relay, namespace: telemetry, port: syslog}}
     - {name: mock, port: 8443, target: \"[fd00::1]:65535\", idleTimeoutMs: 1000, proxyProtocol: v1}
-    - {name: mock-udp, protocol: udp, port: 8443, target: \"mock.hil.svc:1\"}")"
+    - {name: mock-udp, protocol: udp, port: 8443, target: \"mock.hil.svc:1\"}
+  virtualAddresses: [172.17.16.60, 'fd00:17::60']")"
     "link-local address, nodeSelector|$(dev good-selector "  nodeSelector: {edgelink.io/segment: plant-floor}
   network: plant-floor
   address: 169.254.10.20
@@ -235,6 +236,20 @@ $PORTS
 $AT
 $PORTS
   health: {intervalSeconds: 1, timeoutSeconds: 2}")"
+    "virtual address without reverse entries|spec.virtualAddresses|needs reverse entries: nothing else listens on a virtual address|$(dev bad "$ON
+$AT
+$PORTS
+  virtualAddresses: [172.17.16.60]")"
+    "two IPv4 virtual addresses|spec.virtualAddresses|at most one IPv4 and one IPv6 virtual address|$(dev bad "$ON
+$AT
+$PORTS
+  reverse: [{name: mqtt, port: 1883, target: \"10.96.0.10:1883\"}]
+  virtualAddresses: [172.17.16.60, 172.17.16.61]")"
+    "the device's own address as the virtual address|spec.virtualAddresses|names the device's own address|$(dev bad "$ON
+$AT
+$PORTS
+  reverse: [{name: mqtt, port: 1883, target: \"10.96.0.10:1883\"}]
+  virtualAddresses: [172.17.16.120]")"
     "multicast address|spec.address|224.0.0.1 is not a unicast address (unspecified, loopback, multicast or broadcast)|$(dev bad "$ON
   address: 224.0.0.1
 $PORTS")"

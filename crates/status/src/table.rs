@@ -236,6 +236,9 @@ pub fn table(s: &Status) -> String {
         if let Some(h) = &a.health {
             rows.push(health_row(pod.clone(), addr.clone(), h));
         }
+        if let Some(v) = &a.virtual_addresses {
+            rows.push(virtual_row(pod.clone(), addr.clone(), v));
+        }
     }
     out.push_str(&layout(&rows));
     for m in &s.malformed_records {
@@ -266,6 +269,25 @@ fn health_row(pod: String, addr: String, h: &HealthStatus) -> [String; N] {
         n => format!(" [{n} skipped: no free place]"),
     };
     row[N - 1] = format!("{}{detail}{skipped}", h.state);
+    row
+}
+
+/// The virtual addresses' line: `virtual` in FORWARD, the addresses as
+/// its target, held or not and who grants last.
+fn virtual_row(pod: String, addr: String, v: &crate::VirtualStatus) -> [String; N] {
+    let mut row: [String; N] = Default::default();
+    row[0] = pod;
+    row[1] = addr;
+    row[2] = "virtual".into();
+    row[3] = v.addresses.join(",");
+    row[4] = "-".into();
+    let held = if v.held { "held" } else { "not held" };
+    let error = v
+        .error
+        .as_ref()
+        .map(|e| format!(" / {e}"))
+        .unwrap_or_default();
+    row[N - 1] = format!("{held} ({}){error}", v.granted_by);
     row
 }
 
@@ -467,6 +489,23 @@ mod tests {
             u.iter()
                 .any(|l| l.contains("health: modbus 172.17.16.120:502 is unreachable")),
             "{u:?}"
+        );
+    }
+
+    #[test]
+    fn virtual_addresses_have_a_line_saying_whether_they_are_held() {
+        let mut s = status(vec![forward("api", "tcp")], "p");
+        s.attachments[0].virtual_addresses = Some(crate::VirtualStatus {
+            addresses: vec!["172.17.16.60".into()],
+            held: true,
+            granted_by: "operator".into(),
+            ..Default::default()
+        });
+        let t = table(&s);
+        let line = t.lines().find(|l| l.contains("virtual")).expect(&t);
+        assert!(
+            line.contains("172.17.16.60") && line.ends_with("held (operator)"),
+            "{t}"
         );
     }
 }
