@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end checks of issues 10, 11 (e2e-operator.sh), 13 (8b, 8c), 14 (10,
 # e2e-reverse.sh; O12), 23 (the current profile: 8c current/e2e-surge.sh, X1-X2 current/e2e-cross.sh)
-# and 24 (F1-F5 current/e2e-failover.sh)
+# and 24 (F1-F6 current/e2e-failover.sh)
 # on the kube lab (`make e2e-kube`): `scripts/kube-lab.sh up` (which installs
 # edgelink), then one PASS/FAIL line per check, then "N passed, M failed".
 # The lab is brought down at the end, always, unless KEEP=1.
@@ -552,7 +552,7 @@ fi
 # --- O1-O12. edgelink-operator: scripts/kube-lab/e2e-operator.sh -----------------------------------------
 # shellcheck source=scripts/kube-lab/e2e-operator.sh
 . "$HERE/e2e-operator.sh"
-# --- F1-F5. a Device on both edge nodes survives losing one: current/e2e-failover.sh ---------------------
+# --- F1-F6. a Device on both edge nodes survives losing one, both ways: current/e2e-failover.sh ---------------------
 if [[ $KUBE != 1.20 ]]; then
   # shellcheck source=scripts/kube-lab/current/e2e-failover.sh
   . "$HERE/current/e2e-failover.sh"

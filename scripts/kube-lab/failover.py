@@ -12,6 +12,12 @@ from the log.
         connection); a reply within 0.5 s. One line per attempt to LOG,
         "time kind ok|fail reason" (kind tcp, udp, udpnew), until STOPFILE
         exists or MAX_SECONDS (default 120) pass
+        (UDP_PORT 0: the TCP loop alone, as a device dialling a reverse
+        forward does)
+    failover.py echo PORT STOPFILE [MAX_SECONDS]
+        a TCP echo server on PORT (all addresses), one thread per
+        connection: the cluster service a device calls through the
+        Device's virtual address
     failover.py figures LOG EVENT [UNTIL]
         the outage an event at EVENT (Unix seconds, as `date +%s.%N`) made,
         up to UNTIL (default: the end of the log): one line
@@ -101,16 +107,45 @@ def run(host, tcp_port, udp_port, log, stopfile, max_seconds):
             write(kind, t, err)
             time.sleep(0.05)
 
-    threads = [
-        threading.Thread(target=tcp_loop),
-        threading.Thread(target=udp_loop, args=("udp",)),
-        threading.Thread(target=udp_loop, args=("udpnew",)),
-    ]
+    threads = [threading.Thread(target=tcp_loop)]
+    if udp_port:
+        threads += [
+            threading.Thread(target=udp_loop, args=("udp",)),
+            threading.Thread(target=udp_loop, args=("udpnew",)),
+        ]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     out.close()
+
+
+def echo(port, stopfile, max_seconds):
+    deadline = time.monotonic() + max_seconds
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", port))
+    srv.listen(128)
+    srv.settimeout(0.5)
+
+    def serve(c):
+        with c:
+            c.settimeout(5.0)
+            try:
+                while True:
+                    b = c.recv(4096)
+                    if not b:
+                        return
+                    c.sendall(b)
+            except OSError:
+                return
+
+    while not os.path.exists(stopfile) and time.monotonic() < deadline:
+        try:
+            c, _ = srv.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
 
 
 def figures(log, event, until=None):
@@ -124,6 +159,8 @@ def figures(log, event, until=None):
     first_fail = None
     for kind in ("tcp", "udp", "udpnew"):
         r = [x for x in rows if x[1] == kind and x[0] >= event and (until is None or x[0] <= until)]
+        if not r and kind != "tcp":
+            continue
         failed = [x for x in r if not x[2]]
         back = 0.0
         if failed:
@@ -144,6 +181,8 @@ def main():
     a = sys.argv[1:]
     if a and a[0] == "run" and len(a) >= 6:
         run(a[1], int(a[2]), int(a[3]), a[4], a[5], float(a[6]) if len(a) > 6 else 120.0)
+    elif a and a[0] == "echo" and len(a) >= 3:
+        echo(int(a[1]), a[2], float(a[3]) if len(a) > 3 else 600.0)
     elif a and a[0] == "figures" and len(a) >= 3:
         figures(a[1], float(a[2]), float(a[3]) if len(a) > 3 else None)
     else:

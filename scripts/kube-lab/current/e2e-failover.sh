@@ -22,10 +22,21 @@
 #   F6  (run after F1) the DaemonSet upgraded twice through take-overs
 #       under 50 long connections and the failover client: both proxies
 #       stay in the Service, nothing dropped or failed.
+#
+# The reverse direction: the Device also has a reverse entry (port 9100,
+# to a TCP echo in the client pod on kw1) and the virtual address
+# $FO_VIP. F1 checks that one proxy holds it and the device reaches the
+# echo through it; F2-F4 first make kedge1 the holder (kedge2's cable cut
+# a moment), then the device dials the virtual address in a loop of new
+# connections (failover.py run, TCP alone) around the event, and the
+# reverse outage is printed beside the forward figures.
 
 FO_DEV=device01-05
 FO_YAML=$RUN/e2e-$FO_DEV.yaml
 FO_SEG=$(device_ns device01-01)
+FO_VIP=172.17.16.60
+FO_REV_PORT=9100
+FO_ECHO_STOP=$RUN/e2e-failover-echo.stop
 cat >"$FO_YAML" <<YAML
 apiVersion: edgelink.io/v1alpha1
 kind: Device
@@ -38,6 +49,9 @@ spec:
   ports:
     - {name: api, protocol: tcp, port: 8080}
     - {name: telemetry, protocol: udp, port: 5000}
+  reverse:
+    - {name: echo, port: $FO_REV_PORT, target: "$CLIENT_IP:$FO_REV_PORT"}
+  virtualAddresses: [$FO_VIP]
 YAML
 
 fo_pod() { echo "$FO_DEV-$1-0"; }
@@ -54,7 +68,34 @@ fo_node() { # fo_node NODE FIELD: status.nodes[node].FIELD
 }
 FO_SVC=
 
+fo_holder() { fo_col '{.status.virtualAddressHolder}'; }
+# fo_dial: one connection from the device to the virtual address's echo
+fo_dial() {
+  ip netns exec "$FO_SEG" timeout 5 python3 -c '
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
+s.sendall(b"via the virtual address\n")
+s.settimeout(2)
+print(s.recv(100).decode().strip())
+' "$FO_VIP" "$FO_REV_PORT"
+}
+# fo_hold_on_kedge1: kedge1 holds the virtual address (moved there by
+# cutting kedge2's cable until it does): F2-F4 take kedge1 away
+fo_hold_on_kedge1() {
+  [[ $(fo_holder) == kedge1 ]] && return 0
+  ip -n "$SEGMENT_NS" link set kedge2 down
+  until_ok 30 is kedge1 fo_holder
+  local ok=$?
+  ip -n "$SEGMENT_NS" link set kedge2 up
+  until_ok 30 fo_in kedge2 || ok=1
+  note "the virtual address moved to kedge1 (kedge2's cable cut a moment)"
+  return "$ok"
+}
+
 f1_two_nodes() {
+  rm -f "$FO_ECHO_STOP"
+  in_pod_netns "$CLIENT_NETNS" python3 "$HERE/failover.py" echo "$FO_REV_PORT" "$FO_ECHO_STOP" 1800 \
+    >"$RUN/logs/e2e-failover-echo.log" 2>&1 &
   kc apply -f "$REPO/cni-conf/edgenetwork-plant-floor.yaml" -f "$FO_YAML" >/dev/null || return 1
   local t0=$SECONDS a1 a2 row
   if ! until_ok 180 fo_in kedge1 || ! until_ok 60 fo_in kedge2; then
@@ -68,11 +109,16 @@ f1_two_nodes() {
   note "both proxies Ready and in Service $FO_SVC after $((SECONDS - t0)) s: $(fo_pod kedge1) $a1, $(fo_pod kedge2) $a2"
   note "kubectl get device: $row"
   note "kedge1: $(fo_node kedge1 reachable) $(fo_node kedge1 reason), latency $(fo_node kedge1 latency), last seen $(fo_node kedge1 lastSeen)"
-  local o1 o2
+  local o1 o2 holder answer
   o1=${a1##*.} o2=${a2##*.}
-  ((o1 >= 200 && o1 <= 224 && o2 >= 225 && o2 <= 249)) && [[ $row == *2/2*kedge1,kedge2* ]]
+  until_ok 30 differs "" fo_holder || note "no holder of $FO_VIP: $(fo_col '{.status}')"
+  holder=$(fo_holder)
+  answer=$(until_ok 20 fo_dial && fo_dial)
+  note "virtual address $FO_VIP held by $holder since $(fo_col '{.status.virtualAddressSince}'); the device through it: $answer"
+  ((o1 >= 200 && o1 <= 224 && o2 >= 225 && o2 <= 249)) && [[ $row == *2/2*kedge1,kedge2* ]] &&
+    [[ -n $holder && $answer == "via the virtual address" ]]
 }
-check "F1 Device $FO_DEV on nodes [kedge1, kedge2]: a pinned proxy on each with its node's address, both Ready behind the Service, REACHABLE 2/2" f1_two_nodes
+check "F1 Device $FO_DEV on nodes [kedge1, kedge2]: a pinned proxy on each with its node's address, both Ready behind the Service, REACHABLE 2/2; one holds the virtual address and the device reaches the cluster through it" f1_two_nodes
 
 # fo_outage NAME EVENT RESTORE BACK_WITHIN: the client's loop around EVENT
 # (a command), kedge1 out of the Service, RESTORE, kedge1 back within
@@ -81,9 +127,14 @@ check "F1 Device $FO_DEV on nodes [kedge1, kedge2]: a pinned proxy on each with 
 fo_outage() {
   local name=$1 event=$2 restore=$3 within=$4
   local log=$RUN/logs/e2e-failover-$name.log stop=$RUN/e2e-failover-$name.stop lp t_ev t_out t_re t_back i
+  local rlog=$RUN/logs/e2e-failover-$name-reverse.log rp held
   rm -f "$stop"
+  fo_hold_on_kedge1 || note "kedge1 does not hold $FO_VIP: the reverse figure is not of a move"
+  held=$(fo_holder)
   in_pod_netns "$(client_netns)" python3 "$HERE/failover.py" run "$FO_SVC" 8080 5000 "$log" "$stop" 300 &
   lp=$!
+  ip netns exec "$FO_SEG" python3 "$HERE/failover.py" run "$FO_VIP" "$FO_REV_PORT" 0 "$rlog" "$stop" 300 &
+  rp=$!
   sleep 3
   t_ev=$(date +%s.%N)
   $event || note "$event failed"
@@ -99,10 +150,14 @@ fo_outage() {
   sleep 3
   touch "$stop"
   wait "$lp" || true
+  wait "$rp" || true
   FO_T_OUT=$(python3 -c "print($t_out - $t_ev)") FO_T_BACK=$(python3 -c "print($t_back - $t_re)")
   FO_FIG=$(python3 "$HERE/failover.py" figures "$log" "$t_ev" "$t_re")
   FO_BACK=$(python3 "$HERE/failover.py" figures "$log" "$t_re")
+  FO_REV=$(python3 "$HERE/failover.py" figures "$rlog" "$t_ev" "$t_re")
+  FO_REV_BACK=$(python3 "$HERE/failover.py" figures "$rlog" "$t_re")
   note "$name: $FO_FIG"
+  note "$name: reverse through $FO_VIP (held by $held, then $(fo_holder)): $FO_REV; after the restore: $FO_REV_BACK"
   note "$name: kedge1 out of the Service after $(printf %.1f "$FO_T_OUT") s; back $(printf %.1f "$FO_T_BACK") s after the restore; $([[ $FO_EARLY == 1 ]] && echo "BACK EARLY, while broken" || echo "never back while broken")"
   note "$name: after the restore: $FO_BACK"
 }
@@ -116,6 +171,14 @@ fo_within() {
   [[ -n $t && -n $u && -n $n ]] && python3 -c "import sys; sys.exit(0 if max($t, $u, $n) <= $2 else 1)"
 }
 fo_clean() { [[ $1 == "tcp: 0 failed"*"udp: 0 lost"*"udpnew: 0 lost"* ]]; }
+# fo_rev_within S: the device's new connections to the virtual address
+# work again within S s of the event (the goal is 3 s; the figure is
+# printed), and not one fails after the restore
+fo_rev_within() {
+  local t
+  t=$(sed -n 's/.*every new connection works again after \([0-9.]*\) s.*/\1/p' <<<"$FO_REV")
+  [[ -n $t && $FO_REV_BACK == "tcp: 0 failed"* ]] && python3 -c "import sys; sys.exit(0 if $t <= $1 else 1)"
+}
 
 # F6: the DaemonSet upgraded through take-overs (upgrade-daemonset.sh, as
 # check 8b) while the two-node Device carries 50 long connections and the
@@ -132,6 +195,11 @@ f6_takeover() {
   lp=$!
   in_pod_netns "$(client_netns)" python3 "$HERE/failover.py" run "$FO_SVC" 8080 5000 "$log" "$stop" 240 &
   fp=$!
+  # and the device through the virtual address, which stays where it is
+  local rlog=$RUN/logs/e2e-f6-reverse.log rp held rfig
+  held=$(fo_holder)
+  ip netns exec "$FO_SEG" python3 "$HERE/failover.py" run "$FO_VIP" "$FO_REV_PORT" 0 "$rlog" "$stop" 240 &
+  rp=$!
   sleep 3
   t0=$(date +%s.%N)
   "${up[@]}" "$tag" >"$RUN/logs/e2e-f6-upgrade.log" 2>&1 || ok=0
@@ -140,15 +208,17 @@ f6_takeover() {
   ((ok)) && { "${up[@]}" edgelink:0.1.0 >"$RUN/logs/e2e-f6-back.log" 2>&1 || ok=0; }
   for ((i = 0; i < 10; i++)); do fo_in kedge1 && fo_in kedge2 || left=1; sleep 0.5; done
   touch "$stop"
-  wait "$lp" "$fp" || true
+  wait "$lp" "$fp" "$rp" || true
   fig=$(python3 "$HERE/failover.py" figures "$log" "$t0")
+  rfig=$(python3 "$HERE/failover.py" figures "$rlog" "$t0")
   note "two take-overs on both edge nodes: $(load_figures "$out"); $fig;" \
     "$([[ $left == 1 ]] && echo "a proxy LEFT the Service" || echo "both proxies stayed in the Service")"
-  ((ok && left == 0)) && fo_clean "$fig" &&
+  note "the device through $FO_VIP (held by $held, then $(fo_holder)): $rfig"
+  ((ok && left == 0)) && fo_clean "$fig" && [[ $rfig == "tcp: 0 failed"* && $(fo_holder) == "$held" ]] &&
     grep -Eq '^long 50: established 50, dropped 0 .*; new: ok [1-9][0-9]*, refused 0, failed 0;' "$out"
 }
 # shellcheck disable=SC2016  # jsonpath, not shell
-check "F6 DaemonSet upgraded twice through take-overs under load on the two-node Device: both proxies stay in the Service, 0 dropped, 0 failed" f6_takeover
+check "F6 DaemonSet upgraded twice through take-overs under load on the two-node Device: both proxies stay in the Service, 0 dropped, 0 failed; the virtual address stays, the device's connections through it never fail" f6_takeover
 
 cable() { ip -n "$SEGMENT_NS" link set kedge1 "$1"; }
 cut() { cable down; }
@@ -163,9 +233,10 @@ f2_cable() {
   note "cable: Events on $FO_DEV naming kedge1: $ev; $(kc -n hil get events --field-selector "involvedObject.name=$FO_DEV" \
     -o jsonpath='{range .items[*]}{.reason} {end}' 2>/dev/null)"
   # the goal is 3 s; the check allows 6 (a loaded lab; the figure is printed)
-  fo_within "$FO_FIG" 6 && [[ $FO_EARLY == 0 ]] && fo_in kedge1 && fo_clean "$FO_BACK" && ((ev >= 2))
+  fo_within "$FO_FIG" 6 && [[ $FO_EARLY == 0 ]] && fo_in kedge1 && fo_clean "$FO_BACK" && ((ev >= 2)) &&
+    fo_rev_within 8
 }
-check "F2 kedge1's cable cut: its proxy leaves the Service, new TCP connections and UDP work again (goal 3 s), back when the cable is, an Event each way (figures printed)" f2_cable
+check "F2 kedge1's cable cut: its proxy leaves the Service, new TCP connections and UDP work again (goal 3 s), back when the cable is, an Event each way; the virtual address moves (goal 3 s) (figures printed)" f2_cable
 
 # fo_pid: edgelinkd's pid in kedge1's netns
 fo_pid() {
@@ -200,9 +271,9 @@ f3_daemon() {
   # the kubelet restarts edgelinkd by itself after its back-off: the
   # restore is waiting
   fo_outage daemon fo_kill fo_nothing 90
-  fo_within "$FO_FIG" 6 && [[ $FO_EARLY == 0 ]] && fo_in kedge1 && fo_clean "$FO_BACK"
+  fo_within "$FO_FIG" 6 && [[ $FO_EARLY == 0 ]] && fo_in kedge1 && fo_clean "$FO_BACK" && fo_rev_within 8
 }
-check "F3 edgelinkd on kedge1 killed: its proxy leaves the Service until edgelinkd is back; new connections work again (goal 3 s) (figures printed)" f3_daemon
+check "F3 edgelinkd on kedge1 killed: its proxy leaves the Service until edgelinkd is back; new connections work again (goal 3 s), the virtual address moves (goal 3 s) (figures printed)" f3_daemon
 
 node_lost() { "$HERE/node-stop.sh" kedge1 >"$RUN/logs/e2e-failover-node-stop.log" 2>&1; }
 node_back() {
@@ -225,17 +296,26 @@ f4_node() {
   # when it is. A leader lost with the node costs its Lease (15 s) and the
   # new leader's first 6 s more: docs/operator.md.
   if [[ $node == kedge1 ]]; then
-    kc -n edgelink-system delete pod "$holder" --wait=false >/dev/null
-    until_ok 60 differs "$holder" fo_leader || return 1
-    sleep 8
-    note "the operator's leader $holder ran on kedge1: deleted, $(fo_leader) on $(fo_leader_node) leads now"
+    # Both replicas may be on kedge1: with kedge1 cordoned, each leader
+    # there is deleted in turn and its replacement scheduled elsewhere.
+    local round
+    kc cordon kedge1 >/dev/null
+    for round in 1 2 3; do
+      [[ $(fo_leader_node) == kedge1 ]] || break
+      holder=$(fo_leader)
+      kc -n edgelink-system delete pod "$holder" --wait=false >/dev/null
+      until_ok 60 differs "$holder" fo_leader || { kc uncordon kedge1 >/dev/null; return 1; }
+      sleep 8
+      note "the operator's leader $holder ran on kedge1: deleted, $(fo_leader) on $(fo_leader_node) leads now"
+    done
+    kc uncordon kedge1 >/dev/null
   else
     note "the operator's leader $holder runs on $node"
   fi
   fo_outage node node_lost node_back 180
-  fo_within "$FO_FIG" 10 && fo_in kedge1 && fo_clean "$FO_BACK"
+  fo_within "$FO_FIG" 10 && fo_in kedge1 && fo_clean "$FO_BACK" && fo_rev_within 10
 }
-check "F4 kedge1 lost (kubelet, containerd, containers killed): its proxy leaves the Service, new connections work again (goal 10 s); back after up (figures printed)" f4_node
+check "F4 kedge1 lost (kubelet, containerd, containers killed): its proxy leaves the Service, new connections work again (goal 10 s), the virtual address moves (goal 3 s); back after up (figures printed)" f4_node
 
 FO_TESTER=needs-$FO_DEV
 tester_ready() { kc -n hil get pod "$FO_TESTER" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
@@ -272,3 +352,4 @@ YAML
 }
 check "F5 a pod with edgelink.io/requires-devices: $FO_DEV and the readiness gate: Ready only while the device is reachable (link down, up)" f5_requires
 kc -n hil delete device "$FO_DEV" --wait=false >/dev/null 2>&1 || true
+touch "$FO_ECHO_STOP"

@@ -159,7 +159,14 @@ node_kube_proxy() {
 node_cni() {
   local n=$1 cidr=$2 r
   r=$(node_dir "$n")/roots
-  cp -a "$CACHE/cni-bin/." "$r/opt/cni/bin/"
+  # Each plugin put in place by rename: on a node started again (F4), a
+  # plugin that is running (a DEL of a pod the restart reaps) would make
+  # cp fail with "Text file busy".
+  local f
+  for f in "$CACHE/cni-bin/"*; do
+    cp -a "$f" "$r/opt/cni/bin/.$(basename "$f").new" &&
+      mv -f "$r/opt/cni/bin/.$(basename "$f").new" "$r/opt/cni/bin/$(basename "$f")" || return 1
+  done
   cat >"$r/etc-cni/net.d/10-pods.conflist" <<JSON
 {
   "cniVersion": "1.0.0",

@@ -16,6 +16,7 @@ use super::reverse::*;
 use crate::visibility::Receiver;
 use edgelink_tests::*;
 use serde_json::json;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -242,4 +243,56 @@ fn the_kernel_drops_a_dead_daemons_address_by_itself() {
         "the address outlived its daemon: {}",
         l.pod.ip(&["-o", "addr", "show", "dev", "net1"])
     );
+}
+
+#[test]
+fn a_take_over_keeps_the_address_and_its_listeners() {
+    let flags: &'static [&'static str] = &[
+        "--status-webhook",
+        "http://127.0.0.1:18098/v1/status",
+        "--status-webhook-heartbeat",
+        "200ms",
+    ];
+    let mut l = DLab::with(Opts {
+        add: false,
+        daemon: false,
+        flags,
+        ..Default::default()
+    });
+    let r = Receiver::start(&l.lab.node, 18098);
+    *r.grants.lock().unwrap() = Some(format!(r#"{{"holds": ["{POD}"], "holdMs": 1500}}"#));
+    l.start_daemon();
+    l.conf["reverse"] = mqtt_and_stats();
+    l.conf["virtualAddresses"] = json!([VIP]);
+    l.add();
+    l.wait_serving();
+    let cluster = Arc::new(Cluster::default());
+    tcp_service(&l, svc(MQTT), "broker", cluster.clone());
+    assert!(
+        wait_until(Duration::from_secs(5), || on_net1(&l)),
+        "not taken"
+    );
+    let mut s = device_connect(&l, DEVICE_V4, vip(MQTT)).expect("before the take-over");
+    assert_eq!(banner(&mut s).unwrap(), "broker");
+    l.take_over();
+    for round in 0..3 {
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(
+            on_net1(&l),
+            "round {round}: gone after the take-over: {}",
+            l.daemon().log_text()
+        );
+        let mut s = device_connect(&l, DEVICE_V4, vip(MQTT)).unwrap_or_else(|e| {
+            panic!(
+                "round {round}: after the take-over: {e}\n{}",
+                l.daemon().log_text()
+            )
+        });
+        assert_eq!(banner(&mut s).unwrap(), "broker");
+    }
+    // The connection made before it goes on.
+    s.write_all(b"still here\n").unwrap();
+    let mut back = [0u8; 11];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"still here\n");
 }

@@ -39,7 +39,7 @@ pub async fn place(
                 node: dec.status.node.clone(),
                 pod: format!("{ns}/{pod}"),
                 alive,
-                serving: alive && dec.status.reachable == "True",
+                serving: alive && vip::serves(&dec.status),
             })
         })
         .collect();

@@ -136,6 +136,14 @@ pub struct Candidate {
     pub serving: bool,
 }
 
+/// Whether a node serves the device, for the holder's choice: it reaches
+/// it, or its probe starts over (edgelinkd restarted or handed over: the
+/// verdict is Unknown) while its proxy is still Ready, as its gate keeps
+/// it. A take-over must not move the address.
+pub fn serves(s: &crate::crd::NodeStatus) -> bool {
+    s.reachable == "True" || (s.reachable != "False" && s.ready)
+}
+
 /// Who should hold the address (`namespace/pod`): the current holder while
 /// it serves; else the first that serves (in the Device's node order);
 /// else, when none does, the current holder while it is alive (moving

@@ -100,3 +100,20 @@ fn with_no_node_serving_the_address_stays_where_it_is_alive_and_else_nowhere() {
     assert_eq!(choose(Some("hil/d-kedge1-0"), &gone), None);
     assert_eq!(choose(Some("hil/other-0"), &[]), None);
 }
+
+#[test]
+fn a_node_whose_probe_starts_over_serves_while_its_proxy_is_ready() {
+    let st = |reachable: &str, ready: bool| crate::crd::NodeStatus {
+        node: "kedge1".into(),
+        reachable: reachable.into(),
+        ready,
+        ..Default::default()
+    };
+    assert!(serves(&st("True", false)));
+    assert!(serves(&st("Unknown", true)), "a take-over keeps it");
+    assert!(!serves(&st("Unknown", false)), "a new proxy not probed yet");
+    assert!(
+        !serves(&st("False", true)),
+        "unreachable, even if still Ready"
+    );
+}
