@@ -120,21 +120,13 @@ pub fn start(s: Settings) {
 }
 
 async fn run(s: Settings) {
-    let interval_ms = s.every.as_millis() as u64;
-    let mut said: Option<String> = None;
-    let mut say = |what: String, warn: bool| {
-        if said.as_deref() != Some(what.as_str()) {
-            if warn {
-                tracing::warn!("heartbeat: {what}");
-            } else {
-                tracing::info!("heartbeat: {what}");
-            }
-            said = Some(what);
-        }
-    };
     let mut tick = tokio::time::interval(s.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut conn: Option<(String, Sender)> = None;
+    let mut b = Beater {
+        s,
+        said: None,
+        conn: None,
+    };
     // One extra heartbeat at most between two ticks.
     let mut again = false;
     loop {
@@ -142,73 +134,109 @@ async fn run(s: Settings) {
         if !extra {
             tick.tick().await;
         }
-        let url_text = match s.url.current() {
+        again = b.once().await && !extra;
+    }
+}
+
+/// The heartbeat between ticks: its connection, and what it last logged
+/// (each failure is logged once until it changes).
+struct Beater {
+    s: Settings,
+    said: Option<String>,
+    conn: Option<(String, Sender)>,
+}
+
+impl Beater {
+    fn say(&mut self, what: String, warn: bool) {
+        if self.said.as_deref() != Some(what.as_str()) {
+            if warn {
+                tracing::warn!("heartbeat: {what}");
+            } else {
+                tracing::info!("heartbeat: {what}");
+            }
+            self.said = Some(what);
+        }
+    }
+
+    /// The URL now, with a connection to it; `None`: nothing to send to
+    /// (no operator: the node holds its attachments' addresses).
+    async fn connected(&mut self) -> Option<Url> {
+        let url_text = match self.s.url.current() {
             Ok(Some(u)) => u,
             Ok(None) => {
-                // No operator: the node holds its attachments' addresses.
-                s.grants.set_mode(Mode::Unmanaged);
-                conn = None;
-                continue;
+                self.s.grants.set_mode(Mode::Unmanaged);
+                self.conn = None;
+                return None;
             }
             Err(_) => {
-                conn = None;
-                continue;
+                self.conn = None;
+                return None;
             }
         };
-        let Ok(url) = parse(&url_text) else {
-            continue; // the webhook task says why
+        // A URL that does not parse: the webhook task says why.
+        let url = parse(&url_text).ok()?;
+        let stale = self
+            .conn
+            .as_ref()
+            .is_none_or(|(u, c)| *u != url_text || c.is_closed());
+        if stale {
+            match connect(&url).await {
+                Ok(c) => self.conn = Some((url_text, c)),
+                Err(e) => {
+                    self.conn = None;
+                    self.say(e, true);
+                    return None;
+                }
+            }
+        }
+        Some(url)
+    }
+
+    /// One heartbeat, its answer taken; whether what the node holds
+    /// changed with it (then the next goes at once).
+    async fn once(&mut self) -> bool {
+        let Some(url) = self.connected().await else {
+            return false;
         };
         let path = heartbeat_path(&url.path);
-        if conn
-            .as_ref()
-            .is_none_or(|(u, c)| *u != url_text || c.is_closed())
-        {
-            conn = match connect(&url).await {
-                Ok(c) => Some((url_text.clone(), c)),
-                Err(e) => {
-                    say(e, true);
-                    continue;
-                }
-            };
-        }
-        let Some((_, sender)) = conn.as_mut() else {
-            continue;
-        };
-        let tok = match token(&s.token_file) {
+        let tok = match token(&self.s.token_file) {
             Ok(t) => t,
             Err(e) => {
-                say(format!("the token: {e}"), true);
-                continue;
+                self.say(format!("the token: {e}"), true);
+                return false;
             }
         };
         let sent = tokio::time::Instant::now();
-        let holding = s.grants.holding(sent);
-        let body =
-            serde_json::json!({"node": s.node, "intervalMs": interval_ms, "holding": holding})
-                .to_string();
+        let holding = self.s.grants.holding(sent);
+        let body = serde_json::json!({"node": self.s.node, "intervalMs": self.s.every.as_millis() as u64, "holding": holding})
+            .to_string();
+        let Some((_, sender)) = self.conn.as_mut() else {
+            return false;
+        };
         match beat(sender, &url, &path, body.as_bytes(), tok).await {
             Ok((code @ (204 | 200), answer)) => {
-                say(format!("beating every {:?} to {path}", s.every), false);
-                take_answer(&s.grants, code, &answer, sent);
+                self.say(format!("beating every {:?} to {path}", self.s.every), false);
+                take_answer(&self.s.grants, code, &answer, sent);
                 // A release (or a new grant): tell the operator now.
-                again = !extra && s.grants.holding(tokio::time::Instant::now()) != holding;
+                return self.s.grants.holding(tokio::time::Instant::now()) != holding;
             }
             Ok((404, _)) => {
-                say(format!("{path} answered 404 (an operator without heartbeats): asking again in a minute"), true);
-                s.grants.set_mode(Mode::Unmanaged);
-                conn = None;
+                self.say(format!("{path} answered 404 (an operator without heartbeats): asking again in a minute"), true);
+                self.s.grants.set_mode(Mode::Unmanaged);
+                self.conn = None;
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
             Ok((code, _)) => {
                 // 503 from a standby operator: the next connection may reach the leader.
-                say(format!("{path} answered {code}"), true);
-                conn = None;
+                self.say(format!("{path} answered {code}"), true);
+                self.conn = None;
             }
             Err(e) => {
-                say(format!("{path}: {e}"), true);
-                conn = None;
+                self.say(format!("{path}: {e}"), true);
+                self.conn = None;
             }
         }
+        false
     }
 }
 
