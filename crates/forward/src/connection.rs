@@ -233,6 +233,8 @@ pub(crate) fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
         set_nodelay: false,
         idle_timeout: ctx.forward.idle_timeout,
         keepalive: (!args.tcp_keepalive.is_zero()).then_some(args.tcp_keepalive),
+        // The listener (listen.rs) and the factory set them.
+        prepared: true,
         ..Default::default()
     }
 }

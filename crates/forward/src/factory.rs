@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 enum Request {
@@ -46,15 +47,21 @@ pub struct Factory {
     pool_size: usize,
     /// Upstream sockets handed out from the pool (the daemon's, for /metrics).
     pool_taken: Arc<AtomicU64>,
+    /// `--tcp-keepalive`, set on every upstream socket when it is made.
+    keepalive: Option<Duration>,
 }
 
-fn tcp_socket(domain: Domain) -> io::Result<Socket> {
+/// An upstream TCP socket with what the relay wants of it set here, off
+/// the connection's path (TCP_NODELAY, SO_OOBINLINE, the keepalive):
+/// the relay is told so (`TcpRelayConfig::prepared`).
+fn tcp_socket(domain: Domain, keepalive: Option<Duration>) -> io::Result<Socket> {
     let s = Socket::new(
         domain,
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::TCP),
     )?;
     s.set_tcp_nodelay(true)?;
+    edgelink_relay::prepare_socket(&s, keepalive)?;
     Ok(s)
 }
 
@@ -130,11 +137,13 @@ fn listener(addr: SocketAddr, stream: bool, freebind: bool) -> io::Result<Socket
 impl Factory {
     /// Start the thread inside `netns`. Fails if the namespace cannot be
     /// entered. Every socket taken from the ready pool counts in
-    /// `pool_taken`.
+    /// `pool_taken`; every upstream socket gets `keepalive`
+    /// (`--tcp-keepalive`).
     pub fn start(
         netns: Netns,
         pool_size: usize,
         pool_taken: Arc<AtomicU64>,
+        keepalive: Option<Duration>,
     ) -> io::Result<Arc<Factory>> {
         let (tx, rx) = mpsc::channel::<Request>();
         let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
@@ -144,6 +153,7 @@ impl Factory {
             pool6: Mutex::new(Vec::new()),
             pool_size,
             pool_taken,
+            keepalive,
         });
         let weak = Arc::downgrade(&f);
         let name = format!(
@@ -167,7 +177,7 @@ impl Factory {
                 while let Ok(req) = rx.recv() {
                     match req {
                         Request::Tcp(d, reply) => {
-                            let _ = reply.send(tcp_socket(d));
+                            let _ = reply.send(tcp_socket(d, keepalive));
                         }
                         Request::Udp(d, reply) => {
                             let _ = reply.send(udp_socket(d));
@@ -212,7 +222,7 @@ impl Factory {
                 if missing == 0 {
                     break;
                 }
-                match tcp_socket(domain) {
+                match tcp_socket(domain, self.keepalive) {
                     Ok(s) => pool.lock().unwrap_or_else(|e| e.into_inner()).push(s),
                     Err(_) => break, // no IPv6 in this pod, or out of fds
                 }

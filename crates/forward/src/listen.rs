@@ -124,8 +124,16 @@ pub fn serve_tcp(
     listener: std::net::TcpListener,
 ) -> Option<Vec<JoinHandle<()>>> {
     let f = &ctx.forward;
-    // Its accepted sockets inherit the cap on their buffers.
+    // Its accepted sockets inherit the cap on their buffers, and what the
+    // relay wants of them (`relay_config`: prepared). A handed-over
+    // listener gets them here too, whatever the daemon before set.
     crate::sockopt::cap_buffers(&listener, ctx.shared.settings.socket_buffer);
+    let keepalive = Some(ctx.shared.settings.tcp_keepalive).filter(|k| !k.is_zero());
+    if let Err(e) = edgelink_relay::prepare_socket(&listener, keepalive) {
+        f.error(format!("cannot set the listener's options: {e}"));
+        f.set_listener("failed");
+        return None;
+    }
     // A descriptor of its own for each worker; the socket's is closed
     // when this returns.
     let fds: std::io::Result<Vec<_>> = on.iter().map(|_| listener.try_clone()).collect();
@@ -137,6 +145,10 @@ pub fn serve_tcp(
             return None;
         }
     };
+    // Connections already in its queue (a handed-over listener's) were
+    // made before the options were: those accepted in the first moment
+    // get them one by one.
+    let settled = std::time::Instant::now() + OPTIONS_SETTLE;
     // A hand-over parks the one socket once, whichever loop sees it first.
     let parked = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -153,7 +165,7 @@ pub fn serve_tcp(
                         .set_nonblocking(true)
                         .and_then(|()| tokio::net::TcpListener::from_std(fd));
                     match registered {
-                        Ok(l) => accept_loop(l, c, guard, parked).await,
+                        Ok(l) => accept_loop(l, c, guard, parked, settled).await,
                         Err(e) => {
                             c.forward.error(e);
                             c.forward.set_listener("failed");
@@ -167,11 +179,17 @@ pub fn serve_tcp(
     Some(tasks)
 }
 
+/// How long after a listener got its options ([`serve_tcp`]) accepted
+/// connections get them one by one: those queued before (a handed-over
+/// listener's backlog, drained in milliseconds) did not inherit them.
+const OPTIONS_SETTLE: Duration = Duration::from_secs(1);
+
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     mut ctx: Ctx,
     guard: Guard,
     parked: Arc<AtomicBool>,
+    settled: std::time::Instant,
 ) {
     let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
     let mut warned: Option<std::time::Instant> = None;
@@ -219,6 +237,9 @@ async fn accept_loop(
                 }
             }
         };
+        if std::time::Instant::now() < settled && !prepare_early(&ctx, &client) {
+            continue;
+        }
         let Some((ends, slot)) = admit(&ctx, &client, peer, v6) else {
             continue;
         };
@@ -240,6 +261,21 @@ async fn accept_loop(
     }
     drop(listener);
     ctx.forward.set_listener("stopped");
+}
+
+/// The relay's options on a connection accepted in a listener's first
+/// moment (see [`OPTIONS_SETTLE`]); false (and the client reset) when they
+/// cannot be set.
+fn prepare_early(ctx: &Ctx, client: &tokio::net::TcpStream) -> bool {
+    let keepalive = Some(ctx.shared.settings.tcp_keepalive).filter(|k| !k.is_zero());
+    match edgelink_relay::prepare_socket(client, keepalive) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot set a connection's options: reset");
+            let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
+            false
+        }
+    }
 }
 
 /// An accept that failed (EMFILE and friends): noted in the forward's

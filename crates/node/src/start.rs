@@ -115,10 +115,12 @@ impl Node {
             .flatten()
             .filter(|k| k.id().ok() == Some(netns_id))
             .map(Arc::new);
+        let keepalive = Some(self.settings.forward.tcp_keepalive).filter(|k| !k.is_zero());
         let factory = match Factory::start(
             ns,
             self.settings.socket_pool as usize,
             self.pool_taken.clone(),
+            keepalive,
         ) {
             Ok(f) => f,
             Err(e) => {

@@ -447,3 +447,47 @@ fn a_slow_reader_holds_the_sender_back_instead_of_the_daemon_buffering() {
     let f = l.forward("stall");
     assert_eq!(f["bytesToTarget"], sent, "{f:#}");
 }
+
+/// Issue 25: the relay no longer sets SO_OOBINLINE and the keepalive on
+/// each connection; the listener carries them (accepted sockets inherit)
+/// and the factory sets them on each upstream socket when it makes it.
+/// Both legs of a relayed connection must still have the keepalive timer
+/// (`--tcp-keepalive`, 60 s by default), and urgent data still arrives.
+#[test]
+fn both_legs_of_a_relayed_connection_have_the_keepalive_without_a_setsockopt_each() {
+    let l = DLab::new();
+    let mut s = l.connect(API).unwrap();
+    assert_eq!(echo(&mut s, b"keepalive?\n"), b"keepalive?\n");
+    // Urgent data: passed on inline, in order.
+    socket2::SockRef::from(&s).send_out_of_band(b"!").unwrap();
+    s.write_all(b"after\n").unwrap();
+    let mut back = [0u8; 7];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"!after\n");
+    // ss shows one timer per socket: a leg with bytes in flight shows its
+    // retransmit timer until they are acknowledged.
+    let ss = || {
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &l.pod.name,
+            "ss",
+            "-tnoH",
+            "state",
+            "established",
+        ])
+    };
+    let both = |t: &str| {
+        let legs: Vec<&str> = t
+            .lines()
+            .filter(|x| x.contains(&format!(":{API}")))
+            .collect();
+        legs.len() == 2 && legs.iter().all(|x| x.contains("timer:(keepalive,"))
+    };
+    assert!(
+        wait_until(Duration::from_secs(3), || both(&ss())),
+        "both legs (the client's, the device's) with the keepalive timer: {}",
+        ss()
+    );
+}

@@ -67,3 +67,33 @@ impl Activity {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::SockRef;
+
+    /// `TcpRelayConfig::prepared` rests on this: an accepted socket has
+    /// the listener's SO_OOBINLINE and keepalive (Linux copies the
+    /// listening socket into each child).
+    #[test]
+    fn an_accepted_socket_inherits_the_listeners_relay_options() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        crate::tcp::prepare_socket(&l, Some(Duration::from_secs(30))).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        let s = SockRef::from(&a);
+        assert!(s.out_of_band_inline().unwrap());
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap(), Duration::from_secs(30));
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(10));
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+        // Without a keepalive: the inline urgent data alone.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        crate::tcp::prepare_socket(&l, None).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        assert!(SockRef::from(&a).out_of_band_inline().unwrap());
+        assert!(!SockRef::from(&a).keepalive().unwrap());
+    }
+}

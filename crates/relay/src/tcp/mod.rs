@@ -114,6 +114,12 @@ pub struct TcpRelayConfig {
     /// TCP keepalive (idle time before the first probe) set on both sockets. None: leave the sockets as they are.
     /// The interval and probe count follow from it: see [`keepalive_params`].
     pub keepalive: Option<std::time::Duration>,
+    /// Both sockets carry SO_OOBINLINE and the keepalive already
+    /// ([`prepare_socket`] on the listener the client was accepted from,
+    /// whose options an accepted socket inherits, and on the upstream
+    /// socket when it was made): [`relay_tcp`] sets nothing, ten syscalls
+    /// less per connection on the accepting thread.
+    pub prepared: bool,
 }
 
 /// How long a direction in bulk mode waits for `bulk_lowat` bytes before it
@@ -135,6 +141,7 @@ impl Default for TcpRelayConfig {
             set_nodelay: true,
             idle_timeout: None,
             keepalive: None,
+            prepared: false,
         }
     }
 }
@@ -231,8 +238,10 @@ pub async fn relay_tcp(
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
     }
-    if let Err(e) = prepare(&client, &upstream, cfg) {
-        return Relayed::Ended(Err(e));
+    if !cfg.prepared {
+        if let Err(e) = prepare(&client, &upstream, cfg) {
+            return Relayed::Ended(Err(e));
+        }
     }
     let starts = [Start::default(), Start::default()];
     run(client, upstream, starts, pool, counters, cfg, park).await
@@ -305,17 +314,27 @@ pub async fn resume_tcp(
     run(client, upstream, starts, pool, counters, cfg, park).await
 }
 
-/// SO_OOBINLINE, and keepalive when asked, on both legs. Fails with both
-/// legs reset.
+/// What the relay wants of a socket before it relays: SO_OOBINLINE (urgent
+/// data stays in the stream), and TCP keepalive after `keepalive` idle when
+/// given. Set on a listener, its accepted sockets inherit both; set on an
+/// upstream socket before it connects, the connection has them from its
+/// start ([`TcpRelayConfig::prepared`]).
+pub fn prepare_socket(
+    sock: &impl std::os::fd::AsFd,
+    keepalive: Option<std::time::Duration>,
+) -> io::Result<()> {
+    let sock = SockRef::from(sock);
+    sock.set_out_of_band_inline(true)?;
+    match keepalive {
+        Some(idle) => sock.set_tcp_keepalive(&keepalive_params(idle)),
+        None => Ok(()),
+    }
+}
+
+/// [`prepare_socket`] on both legs. Fails with both legs reset.
 fn prepare(client: &TcpStream, upstream: &TcpStream, cfg: &TcpRelayConfig) -> io::Result<()> {
     for stream in [client, upstream] {
-        let sock = SockRef::from(stream);
-        let set = sock
-            .set_out_of_band_inline(true)
-            .and_then(|()| match cfg.keepalive {
-                Some(idle) => sock.set_tcp_keepalive(&keepalive_params(idle)),
-                None => Ok(()),
-            });
+        let set = prepare_socket(stream, cfg.keepalive);
         if let Err(e) = set {
             reset(client);
             reset(upstream);
