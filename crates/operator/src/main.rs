@@ -319,6 +319,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         started: Instant::now(),
         fresh_for,
         cluster_domain: args.cluster_domain.clone(),
+        devices: std::sync::OnceLock::new(),
         recorder: kube::runtime::events::Recorder::new(
             client.clone(),
             kube::runtime::events::Reporter {

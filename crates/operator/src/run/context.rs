@@ -47,4 +47,8 @@ pub struct Ctx {
     pub cluster_domain: String,
     /// Events on Devices (a node's reachability changed).
     pub recorder: kube::runtime::events::Recorder,
+    /// The controller's cache of every Device (set when it starts): the
+    /// other Devices a virtual address must not clash with.
+    pub devices:
+        std::sync::OnceLock<kube::runtime::reflector::Store<edgelink_operator::crd::Device>>,
 }

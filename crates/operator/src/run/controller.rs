@@ -368,6 +368,7 @@ pub async fn run(
                 .map(|d| ObjectRef::new(&d).within(&ns.unwrap_or_default()))
         });
     let store = controller.store();
+    let _ = ctx.devices.set(store.clone());
     let controller = controller
         .watches(
             Api::<EdgeNetwork>::all(client.clone()),

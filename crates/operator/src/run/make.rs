@@ -209,7 +209,12 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
             e.to_string(),
         )));
     }
-    let vip = edgelink_operator::vip::check(d, &net, &nodes);
+    let mut vip = edgelink_operator::vip::check(d, &net, &nodes);
+    let others = ctx.devices.get().map(|s| s.state()).unwrap_or_default();
+    vip.extend(edgelink_operator::vip::clashes(
+        d,
+        others.iter().map(|o| o.as_ref()),
+    ));
     if !vip.is_empty() {
         return Ok(Err(not_applied(
             "InvalidPlacement",

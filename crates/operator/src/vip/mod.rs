@@ -117,6 +117,45 @@ pub fn check(d: &Device, n: &EdgeNetwork, nodes: &[String]) -> Vec<String> {
     p
 }
 
+/// What `d`'s virtual addresses clash with among the other Devices of its
+/// EdgeNetwork (`others`, any namespace, `d` itself skipped): a device's
+/// own address (taking it would take the device's traffic), or another
+/// Device's virtual address that was there first (the older Device keeps
+/// it; the same age: the first by namespace and name).
+pub fn clashes<'a>(d: &Device, others: impl IntoIterator<Item = &'a Device>) -> Vec<String> {
+    let mine = addresses(d);
+    if mine.is_empty() {
+        return Vec::new();
+    }
+    let key = |x: &Device| {
+        (
+            x.metadata.creation_timestamp.clone().map(|t| t.0),
+            x.metadata.namespace.clone().unwrap_or_default(),
+            x.metadata.name.clone().unwrap_or_default(),
+        )
+    };
+    let me = key(d);
+    let mut p = Vec::new();
+    for o in others {
+        let (_, ns, name) = key(o);
+        if o.spec.network != d.spec.network
+            || (ns.as_str(), name.as_str()) == (me.1.as_str(), me.2.as_str())
+        {
+            continue;
+        }
+        for (i, ip) in mine.iter().enumerate() {
+            if o.spec.address.parse::<IpAddr>().ok() == Some(*ip) {
+                p.push(format!("spec.virtualAddresses[{i}]: {ip} is the address of Device {ns}/{name}'s device"));
+            }
+            if addresses(o).contains(ip) && key(o) < me {
+                p.push(format!("spec.virtualAddresses[{i}]: {ip} is already Device {ns}/{name}'s virtual address on EdgeNetwork {}", d.spec.network));
+            }
+        }
+    }
+    p.sort();
+    p
+}
+
 fn broadcast(n: IpNetwork) -> Option<IpAddr> {
     match n {
         IpNetwork::V4(v4) if v4.prefix() < 31 => Some(IpAddr::V4(v4.broadcast())),

@@ -117,3 +117,39 @@ fn a_node_whose_probe_starts_over_serves_while_its_proxy_is_ready() {
         "unreachable, even if still Ready"
     );
 }
+
+#[test]
+fn an_address_another_device_has_or_another_devices_virtual_address_is_refused() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let at = |secs: i64| {
+        Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+        ))
+    };
+    let mut first = with_vips(&["172.17.16.250"]);
+    first.metadata.creation_timestamp = at(1000);
+    let mut second = with_vips(&["172.17.16.250"]);
+    second.metadata.name = Some("device01-02".into());
+    second.metadata.creation_timestamp = at(2000);
+    let all = [first.clone(), second.clone()];
+    assert_eq!(
+        clashes(&first, &all),
+        Vec::<String>::new(),
+        "the older keeps it"
+    );
+    let p = clashes(&second, &all);
+    assert_eq!(
+        p,
+        ["spec.virtualAddresses[0]: 172.17.16.250 is already Device hil/device01-01's virtual address on EdgeNetwork plant-floor"]
+    );
+    // A device's own address is never a virtual address, whoever came first.
+    let mut device = fixtures::device();
+    device.metadata.name = Some("device01-03".into());
+    device.spec.address = "172.17.16.250".into();
+    device.metadata.creation_timestamp = at(5000);
+    let p = clashes(&first, [&device]);
+    assert_eq!(p, ["spec.virtualAddresses[0]: 172.17.16.250 is the address of Device hil/device01-03's device"]);
+    // Another EdgeNetwork's Devices are another segment.
+    device.spec.network = "other".into();
+    assert!(clashes(&first, [&device]).is_empty());
+}
