@@ -127,6 +127,9 @@ pub(crate) async fn connection(
     // takes the client as it is, with its place or its wait: the next
     // daemon connects it, or queues it again in its turn. The attachment
     // gone meanwhile: reset, the target never dialed.
+    // A connection handed over while it waited was accepted by the daemon
+    // before, whose listener may not have carried the relay's options.
+    let handed = matches!(entry, Entry::Handed(..));
     let (turn, since) = entry.turn(&f.protection);
     let mut admitted = false;
     let mut close = ctx.close.clone();
@@ -156,7 +159,8 @@ pub(crate) async fn connection(
         Setup::Refused => return reset(&client),
         Setup::Left => return,
     };
-    let cfg = relay_config(&ctx);
+    let mut cfg = relay_config(&ctx);
+    cfg.prepared &= !handed;
     let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
     let pipes = ctx.shared.pipes.clone();
     let run = edgelink_relay::relay_tcp(client, upstream, &pipes, c, &cfg, &park);
