@@ -301,6 +301,7 @@ f4_node() {
     local round
     kc cordon kedge1 >/dev/null
     for round in 1 2 3; do
+      note "moving the operator's leader off kedge1, round $round"
       [[ $(fo_leader_node) == kedge1 ]] || break
       holder=$(fo_leader)
       kc -n edgelink-system delete pod "$holder" --wait=false >/dev/null
