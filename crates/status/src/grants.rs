@@ -133,7 +133,10 @@ impl Grants {
             self.set_mode(Mode::Unmanaged);
             return;
         };
-        let until = sent + Duration::from_millis(ms);
+        // An answer is not trusted with the clock: a grant of more than
+        // MAX_HOLD is taken as MAX_HOLD (and `Instant + u64::MAX ms`
+        // would panic the heartbeat task).
+        let until = sent + Duration::from_millis(ms).min(MAX_HOLD);
         {
             let mut i = self.lock();
             i.mode = Mode::Managed;
@@ -154,6 +157,10 @@ impl Grants {
         self.changed.subscribe()
     }
 }
+
+/// The longest grant taken from an answer (the operator gives the
+/// node-lost bound, 1.5 s by default).
+pub const MAX_HOLD: Duration = Duration::from_secs(60);
 
 /// An unmanaged address's lifetime in the kernel: renewed while the
 /// daemon runs, gone this long after it stops for good.
@@ -191,6 +198,14 @@ mod tests {
         );
         assert!(g.holding(t0 + Duration::from_secs(2)).is_empty());
         assert_eq!(g.until("hil/other-0", t0), None);
+    }
+
+    #[test]
+    fn a_grant_longer_than_max_hold_is_cut_to_it() {
+        let g = Grants::default();
+        let t0 = Instant::now();
+        g.answered(&answer(&["hil/p-0"], &[], Some(u64::MAX)), t0);
+        assert_eq!(g.until("hil/p-0", t0), Some(t0 + MAX_HOLD));
     }
 
     #[test]

@@ -92,20 +92,34 @@ async fn beat(
     let code = resp.status().as_u16();
     // Read the (short) answer; the connection can take the next one then.
     use http_body_util::BodyExt;
-    let body = match tokio::time::timeout(Duration::from_secs(1), resp.into_body().collect()).await
-    {
+    // At most MAX_ANSWER of it: the grants of one node's attachments.
+    let limited = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER);
+    let body = match tokio::time::timeout(Duration::from_secs(1), limited.collect()).await {
         Ok(Ok(b)) => b.to_bytes(),
         _ => Bytes::new(),
     };
     Ok((code, body))
 }
 
+/// The largest answer read (500 attachments' grants are ~40 KiB); a
+/// longer one is not read, as one cut short.
+const MAX_ANSWER: usize = 256 * 1024;
+
 /// What an answer means for the grants: an operator that grants
 /// addresses answers 200 with JSON that has `holdMs`; one without them
-/// (204, or JSON without it) leaves the node unmanaged.
+/// (204, or JSON without it) leaves the node unmanaged. A 200 that cannot
+/// be read (cut short, too long, not JSON) changes nothing: the grants
+/// run out, as with no answer (never unmanaged: that would hold every
+/// address, wherever the operator put it).
 fn take_answer(grants: &Grants, code: u16, body: &[u8], sent: tokio::time::Instant) {
     let answer = match code {
-        200 => serde_json::from_slice::<Answer>(body).unwrap_or_default(),
+        200 => match serde_json::from_slice::<Answer>(body) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "heartbeat: an answer that cannot be read: ignored");
+                return;
+            }
+        },
         _ => Answer::default(),
     };
     grants.answered(&answer, sent);
@@ -243,6 +257,26 @@ impl Beater {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_that_cannot_be_read_changes_no_grant_and_never_unmanages() {
+        let g = Grants::default();
+        let t0 = tokio::time::Instant::now();
+        take_answer(&g, 200, br#"{"holds":["hil/p-0"],"holdMs":1000}"#, t0);
+        assert_eq!(g.mode(), Mode::Managed);
+        let later = t0 + Duration::from_millis(500);
+        take_answer(&g, 200, b"", later);
+        take_answer(&g, 200, br#"{"holds":["hil/p-0"],"holdMs":"#, later);
+        assert_eq!(g.mode(), Mode::Managed, "not unmanaged by a broken answer");
+        assert_eq!(
+            g.until("hil/p-0", later),
+            Some(t0 + Duration::from_millis(1000)),
+            "not renewed"
+        );
+        // An operator without grants (204) does leave the node unmanaged.
+        take_answer(&g, 204, b"", later);
+        assert_eq!(g.mode(), Mode::Unmanaged);
+    }
 
     #[test]
     fn the_heartbeat_lives_beside_the_status_path() {
