@@ -317,7 +317,23 @@ pub fn network(n: &EdgeNetwork) -> Result<(), Invalid> {
     finish(p)
 }
 
-pub(crate) fn first_host(n: IpNetwork) -> IpAddr {
+/// The addresses range `r` (of subnet `net`) hands proxy pods: its
+/// rangeStart..rangeEnd, the subnet's hosts where they are absent.
+pub(crate) fn handed_out(r: &crate::crd::NodeRange, net: IpNetwork) -> (IpAddr, IpAddr) {
+    let start = r
+        .range_start
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| first_host(net));
+    let end = r
+        .range_end
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| last_host(net));
+    (start, end)
+}
+
+fn first_host(n: IpNetwork) -> IpAddr {
     match n {
         IpNetwork::V4(v) if v.prefix() < 31 => IpAddr::V4((u32::from(v.network()) + 1).into()),
         IpNetwork::V6(v) if v.prefix() < 127 => IpAddr::V6((u128::from(v.network()) + 1).into()),
@@ -325,7 +341,7 @@ pub(crate) fn first_host(n: IpNetwork) -> IpAddr {
     }
 }
 
-pub(crate) fn last_host(n: IpNetwork) -> IpAddr {
+fn last_host(n: IpNetwork) -> IpAddr {
     match n {
         IpNetwork::V4(v) if v.prefix() < 31 => IpAddr::V4((u32::from(v.broadcast()) - 1).into()),
         IpNetwork::V4(v) => IpAddr::V4(v.broadcast()),
@@ -406,16 +422,7 @@ pub fn placement(d: &Device, n: &EdgeNetwork, node: &str) -> Result<(), Invalid>
         if !net.contains(addr) {
             continue;
         }
-        let start = r
-            .range_start
-            .as_deref()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| first_host(net));
-        let end = r
-            .range_end
-            .as_deref()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| last_host(net));
+        let (start, end) = handed_out(r, net);
         if start <= addr && addr <= end {
             p.push(format!(
                 "spec.address: {addr} is inside the range {start}-{end} that proxy pods on node {node} get their addresses from"

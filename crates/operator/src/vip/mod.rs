@@ -18,7 +18,7 @@
 pub mod book;
 
 use crate::crd::{Device, EdgeNetwork};
-use crate::validate::{first_host, last_host};
+use crate::validate::handed_out;
 use ipnetwork::IpNetwork;
 use std::net::IpAddr;
 
@@ -85,16 +85,7 @@ pub fn check(d: &Device, n: &EdgeNetwork, nodes: &[String]) -> Vec<String> {
                         "{field}: {ip} is the network or broadcast address of {net}"
                     ));
                 }
-                let start = r
-                    .range_start
-                    .as_deref()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or_else(|| first_host(net));
-                let end = r
-                    .range_end
-                    .as_deref()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or_else(|| last_host(net));
+                let (start, end) = handed_out(r, net);
                 if start <= ip && ip <= end {
                     p.push(format!("{field}: {ip} is inside the range {start}-{end} that proxy pods on node {node} get their addresses from"));
                 }
