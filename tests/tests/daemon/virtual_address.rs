@@ -66,6 +66,33 @@ fn vip_lab(flags: &'static [&'static str]) -> DLab {
     l
 }
 
+/// The lab with an operator's stand-in on loopback `port` (heartbeats
+/// every 200 ms, each answered with `answer`), the reverse forwards and
+/// the virtual address, ADDed and served.
+fn granted_lab(port: u16, answer: String) -> (DLab, Receiver) {
+    let url = format!("http://127.0.0.1:{port}/v1/status");
+    let flags = [
+        "--status-webhook",
+        &url,
+        "--status-webhook-heartbeat",
+        "200ms",
+    ];
+    let mut l = DLab::with(Opts {
+        add: false,
+        daemon: false,
+        flags: &flags,
+        ..Default::default()
+    });
+    let r = Receiver::start(&l.lab.node, port);
+    *r.grants.lock().unwrap() = Some(answer);
+    l.start_daemon();
+    l.conf["reverse"] = mqtt_and_stats();
+    l.conf["virtualAddresses"] = json!([VIP]);
+    l.add();
+    l.wait_serving();
+    (l, r)
+}
+
 #[test]
 fn without_an_operator_the_pod_holds_it_and_the_device_reaches_the_cluster_through_it() {
     let l = vip_lab(&[]);
@@ -110,26 +137,8 @@ fn without_an_operator_the_pod_holds_it_and_the_device_reaches_the_cluster_throu
 
 #[test]
 fn with_an_operator_it_is_held_only_while_granted_and_announced_when_taken() {
-    let flags: &'static [&'static str] = &[
-        "--status-webhook",
-        "http://127.0.0.1:18096/v1/status",
-        "--status-webhook-heartbeat",
-        "200ms",
-    ];
-    let mut l = DLab::with(Opts {
-        add: false,
-        daemon: false,
-        flags,
-        ..Default::default()
-    });
-    let r = Receiver::start(&l.lab.node, 18096);
+    let (l, r) = granted_lab(18096, r#"{"holdMs": 1000}"#.to_string());
     let grant = |json: &str| *r.grants.lock().unwrap() = Some(json.to_string());
-    grant(r#"{"holdMs": 1000}"#);
-    l.start_daemon();
-    l.conf["reverse"] = mqtt_and_stats();
-    l.conf["virtualAddresses"] = json!([VIP]);
-    l.add();
-    l.wait_serving();
     let cluster = Arc::new(Cluster::default());
     tcp_service(&l, svc(MQTT), "broker", cluster.clone());
 
@@ -208,25 +217,8 @@ fn with_an_operator_it_is_held_only_while_granted_and_announced_when_taken() {
 
 #[test]
 fn the_kernel_drops_a_dead_daemons_address_by_itself() {
-    let flags: &'static [&'static str] = &[
-        "--status-webhook",
-        "http://127.0.0.1:18097/v1/status",
-        "--status-webhook-heartbeat",
-        "200ms",
-    ];
-    let mut l = DLab::with(Opts {
-        add: false,
-        daemon: false,
-        flags,
-        ..Default::default()
-    });
-    let r = Receiver::start(&l.lab.node, 18097);
-    *r.grants.lock().unwrap() = Some(format!(r#"{{"holds": ["{POD}"], "holdMs": 1500}}"#));
-    l.start_daemon();
-    l.conf["reverse"] = mqtt_and_stats();
-    l.conf["virtualAddresses"] = json!([VIP]);
-    l.add();
-    l.wait_serving();
+    let (mut l, _operator) =
+        granted_lab(18097, format!(r#"{{"holds": ["{POD}"], "holdMs": 1500}}"#));
     assert!(
         wait_until(Duration::from_secs(5), || on_net1(&l)),
         "not taken"
@@ -247,25 +239,8 @@ fn the_kernel_drops_a_dead_daemons_address_by_itself() {
 
 #[test]
 fn a_take_over_keeps_the_address_and_its_listeners() {
-    let flags: &'static [&'static str] = &[
-        "--status-webhook",
-        "http://127.0.0.1:18098/v1/status",
-        "--status-webhook-heartbeat",
-        "200ms",
-    ];
-    let mut l = DLab::with(Opts {
-        add: false,
-        daemon: false,
-        flags,
-        ..Default::default()
-    });
-    let r = Receiver::start(&l.lab.node, 18098);
-    *r.grants.lock().unwrap() = Some(format!(r#"{{"holds": ["{POD}"], "holdMs": 1500}}"#));
-    l.start_daemon();
-    l.conf["reverse"] = mqtt_and_stats();
-    l.conf["virtualAddresses"] = json!([VIP]);
-    l.add();
-    l.wait_serving();
+    let (mut l, _operator) =
+        granted_lab(18098, format!(r#"{{"holds": ["{POD}"], "holdMs": 1500}}"#));
     let cluster = Arc::new(Cluster::default());
     tcp_service(&l, svc(MQTT), "broker", cluster.clone());
     assert!(
