@@ -60,6 +60,21 @@ fn routable_addrs(node: &mut Handle, link: &Link) -> Result<Vec<IpNetwork>, Plug
         .collect())
 }
 
+/// Give a bridge the plugin made a MAC address of its own: the uplink's
+/// (the node keeps the face it had on the segment) or the one the kernel
+/// chose. A bridge whose address was never set follows its lowest port's,
+/// so a pod's veth joining would change the gateway's MAC under the
+/// devices' ARP caches, and frames to the old one (now only a port's) are
+/// not the node's: routing through an `isGateway` address stopped until
+/// the devices asked again.
+fn pin_mac(node: &mut Handle, bridge: &Link, uplink: Option<&Link>) -> Result<(), PluginError> {
+    let Some(mac) = uplink.and_then(|u| u.mac).or(bridge.mac) else {
+        return Ok(());
+    };
+    node.set_mac(bridge.index, mac)
+        .ctx(|| format!("set the MAC address of bridge {}", bridge.name))
+}
+
 /// Ensure the bridge (and the uplink as its port). Returns the bridge and
 /// the MTU for the veth pair.
 pub fn prepare(
@@ -130,6 +145,7 @@ pub fn prepare(
                     // service bound to [::]. Switching only needs no address
                     // (isGateway turns IPv6 on again for an IPv6 gateway).
                     crate::sysctl::ensure_ipv6_conf(&conf.name, "disable_ipv6", "1")?;
+                    pin_mac(node, &b, uplink.as_ref())?;
                     b
                 }
                 // Created meanwhile by someone else than an ADD (ADDs
