@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from lab import DEV, DEV_IP, ECHO, IDLE, IPERF, LOADGEN, UDP, listening, wait_for
+from lab import CLOSE, CLOSE_REQUEST, DEV, DEV_IP, ECHO, IDLE, IPERF, LOADGEN, UDP, listening, wait_for
 
 
 def helper_udp_echo(host, port):
@@ -73,14 +73,18 @@ HELPERS = {"_udp-echo": helper_udp_echo, "_idle-echo": helper_idle_echo}
 
 
 def start(procs):
-    """iperf3, the TCP echo, the UDP echo and the idle echo on the device,
+    """iperf3, the TCP echo, the UDP echo, the idle echo and the closing
+    echo on the device,
     each listening before this returns: {service: process}."""
     me = os.path.abspath(__file__)
     device = {"iperf": procs.start("iperf3-server", DEV, ["iperf3", "-s", "-B", DEV_IP, "-p", str(IPERF)]),
               "echo": procs.start("echo-server", DEV, [LOADGEN, "echo-server", "%s:%d" % (DEV_IP, ECHO)]),
               "udp": procs.start("udp-echo", DEV, [sys.executable, me, "_udp-echo", DEV_IP, str(UDP)]),
-              "idle": procs.start("idle-echo", DEV, [sys.executable, me, "_idle-echo", DEV_IP, str(IDLE)])}
-    for svc, port, proto in (("iperf", IPERF, "tcp"), ("echo", ECHO, "tcp"), ("udp", UDP, "udp"), ("idle", IDLE, "tcp")):
+              "idle": procs.start("idle-echo", DEV, [sys.executable, me, "_idle-echo", DEV_IP, str(IDLE)]),
+              "close": procs.start("closing-echo", DEV, [LOADGEN, "echo-server", "%s:%d" % (DEV_IP, CLOSE),
+                                                         "--close-after", str(CLOSE_REQUEST)])}
+    for svc, port, proto in (("iperf", IPERF, "tcp"), ("echo", ECHO, "tcp"), ("udp", UDP, "udp"), ("idle", IDLE, "tcp"),
+                             ("close", CLOSE, "tcp")):
         wait_for("device %s on %s port %d" % (svc, proto, port), lambda: listening(DEV, port, proto),
                  device[svc], procs)
     return device

@@ -65,8 +65,11 @@ DEV_IP, POD_IP, CLIENT_IP = "172.17.16.120", "10.244.1.10", "10.244.1.20"
 KPOD = TAG + "-kpod"
 KPOD_IP, CLIENT_KIP = "10.244.2.10", "10.244.2.20"
 # Device services: iperf3, a fast TCP echo (elk-loadgen, thread per
-# connection), a UDP echo, and an epoll TCP echo for the idle connections.
-IPERF, ECHO, UDP, IDLE = 5201, 7000, 7001, 7002
+# connection), a UDP echo, an epoll TCP echo for the idle connections, and
+# a TCP echo that closes first after one request (sustained.py).
+IPERF, ECHO, UDP, IDLE, CLOSE = 5201, 7000, 7001, 7002, 7004  # 7003: fragile.py
+# The request the closing echo answers before it closes.
+CLOSE_REQUEST = 64
 NOFILE = 262144
 FD_LIMIT = NOFILE  # what raise_nofile() got; set in main()
 libc = ctypes.CDLL("libc.so.6", use_errno=True)

@@ -59,11 +59,12 @@ import device
 import fragile
 import lab
 import reverse
+import sustained
 import verdict  # scripts/bench/verdict.py: which figures fail the run
 from connections import conn_rate, rr
 from device import HELPERS
 from footprint import SOCAT_IDLE_MAX, idle_memory, syscall_profiles
-from lab import DAEMON, DEV_IP, ECHO, IDLE, IPERF, KPOD_IP, LOADGEN, NGINX_STREAM, PLUGIN, POD_IP, UDP, Lab, Procs, raise_nofile
+from lab import CLOSE, DAEMON, DEV_IP, ECHO, IDLE, IPERF, KPOD_IP, LOADGEN, NGINX_STREAM, PLUGIN, POD_IP, UDP, Lab, Procs, raise_nofile
 from report import report
 from subjects import KERNEL, Subject, edgelink_forwards, kernel_forwards, start_haproxy, start_nginx, start_socat, wait_subject
 from throughput import Iperf
@@ -85,7 +86,7 @@ def bring_up(the_lab, procs, only=None, with_reverse=True):
     if want("kernel"):
         k_ports, k_forwards = kernel_forwards()
         the_lab.attach_kernel(k_forwards)
-    subjects = [Subject("direct", DEV_IP, {IPERF: IPERF, ECHO: ECHO, UDP: UDP, IDLE: IDLE},
+    subjects = [Subject("direct", DEV_IP, {IPERF: IPERF, ECHO: ECHO, UDP: UDP, IDLE: IDLE, CLOSE: CLOSE},
                         commands=["client -> %s via the pod (routed, no relay)" % DEV_IP], peer=False)]
     if want("socat"):
         subjects.append(start_socat(procs))
@@ -129,6 +130,11 @@ def measure(r, title, fn, order, results, errors):
     print("round %d %s: %s" % (r + 1, title, "; ".join(line)), flush=True)
 
 
+# Rounds and seconds of the sustained short connections (sustained.py),
+# by --quick.
+SUSTAINED = {False: (4, 6), True: (3, 3)}
+
+
 def interrupted(*_):
     raise KeyboardInterrupt("SIGTERM")
 
@@ -143,7 +149,7 @@ def main():
     ap.add_argument("--out", help="write the markdown section here")
     ap.add_argument("--only", help="comma-separated subjects: direct,socat,haproxy,haproxy1m,nginx,edgelinkd,kernel")
     ap.add_argument("--measures", help="comma-separated measures (default all): "
-                    "idle,tcp1,tcp8,conn,rr,udp,fragile,reverse,profile")
+                    "idle,tcp1,tcp8,conn,rr,udp,sustained,fragile,reverse,profile")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("relay bench: run as root (network namespaces)")
@@ -220,6 +226,10 @@ def main():
                 k = r % len(rev_subjects)
                 for title, fn in rev_measures:
                     measure(r, title, fn, rev_subjects[k:] + rev_subjects[:k], results, errors)
+        sustained_subjects = []
+        if wanted("sustained"):
+            sustained_subjects = sustained.run(subjects, SUSTAINED[a.quick][0], SUSTAINED[a.quick][1], measure,
+                                               results, errors)
         fragile_subjects, fragile_kinds, fragile_record = [], {}, None
         if wanted("fragile"):
             fragile_subjects, fragile_kinds = fragile.run(
@@ -240,6 +250,8 @@ def main():
 
     rev = reverse.section(rev_subjects, results, secs) if rev_subjects else []
     text, _ = report(a, subjects, results, profile, secs, rounds, idle_n, started, rev, rev_subjects)
+    if sustained_subjects:
+        text += "\n" + "\n".join(sustained.section(sustained_subjects, results, *SUSTAINED[a.quick]))
     if fragile_subjects:
         text += "\n" + "\n".join(fragile.section(fragile_subjects, results, fragile_kinds, a.quick, rounds,
                                                   fragile_record))

@@ -7,7 +7,7 @@ netns.
 import os
 
 import lab
-from lab import CLIENT, DEV_IP, ECHO, IDLE, IPERF, NGINX_STREAM, POD, POD_IP, UDP, listening, wait_for, works
+from lab import CLIENT, CLOSE, DEV_IP, ECHO, IDLE, IPERF, NGINX_STREAM, POD, POD_IP, UDP, listening, wait_for, works
 from lab import tcp_echo_once, udp_echo_once
 
 
@@ -103,11 +103,15 @@ def start_nginx(procs, tmp):
 
 
 def edgelink_forwards():
+    """edgelinkd's forwards: the four services every subject has, and the
+    closing echo (sustained.py), which the peers do not serve."""
     ports = relay_ports(15000)
+    ports[CLOSE] = 15010
     fw = [{"name": "iperf", "protocol": "tcp", "port": ports[IPERF], "target": "%s:%d" % (DEV_IP, IPERF)},
           {"name": "echo", "protocol": "tcp", "port": ports[ECHO], "target": "%s:%d" % (DEV_IP, ECHO)},
           {"name": "udp", "protocol": "udp", "port": ports[UDP], "target": "%s:%d" % (DEV_IP, UDP)},
-          {"name": "idle", "protocol": "tcp", "port": ports[IDLE], "target": "%s:%d" % (DEV_IP, IDLE)}]
+          {"name": "idle", "protocol": "tcp", "port": ports[IDLE], "target": "%s:%d" % (DEV_IP, IDLE)},
+          {"name": "close", "protocol": "tcp", "port": ports[CLOSE], "target": "%s:%d" % (DEV_IP, CLOSE)}]
     return ports, fw
 
 
@@ -115,12 +119,13 @@ KERNEL = "edgelinkd kernel path"
 
 
 def kernel_forwards():
-    """The same four forwards as edgelink_forwards(), on their own ports,
-    with `"path": "kernel"`: nftables DNAT in the kernel path's pod, no
-    relay process."""
+    """The same forwards as edgelink_forwards(), on their own ports, with
+    `"path": "kernel"`: nftables DNAT in the kernel path's pod, no relay
+    process."""
     ports = relay_ports(17000)
+    ports[CLOSE] = 17010
     fw = [{"name": "k-" + f["name"], "protocol": f["protocol"], "port": ports[svc], "target": f["target"],
-           "path": "kernel"} for svc, f in zip((IPERF, ECHO, UDP, IDLE), edgelink_forwards()[1])]
+           "path": "kernel"} for svc, f in zip((IPERF, ECHO, UDP, IDLE, CLOSE), edgelink_forwards()[1])]
     return ports, fw
 
 

@@ -44,6 +44,11 @@ enum Mode {
         seconds: f64,
         #[arg(long, default_value = "64")]
         size: usize,
+        /// Wait for the server to close first (as an HTTP server with
+        /// `Connection: close` does): the server, not this client, then
+        /// holds each connection's TIME_WAIT.
+        #[arg(long)]
+        server_closes: bool,
     },
     /// Request/reply latency on persistent connections.
     Rr {
@@ -57,7 +62,14 @@ enum Mode {
     },
     /// A TCP echo server (thread per connection) until killed: a peer fast
     /// enough not to be the bottleneck of a connection-rate test.
-    EchoServer { addr: SocketAddr },
+    EchoServer {
+        addr: SocketAddr,
+        /// Close each connection after echoing this many bytes (the server
+        /// closes first, as an HTTP server with `Connection: close` does);
+        /// 0: when the client does.
+        #[arg(long, default_value = "0")]
+        close_after: usize,
+    },
     /// UDP echo load at a fixed offered rate.
     Udp {
         addr: SocketAddr,
@@ -111,7 +123,32 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
 }
 
-fn conn_rate(addr: SocketAddr, c: usize, secs: f64, size: usize) -> serde_json::Value {
+/// One short connection: connect, `buf` each way, and (server_closes) the
+/// server's FIN before this side closes.
+fn one_connection(addr: SocketAddr, buf: &mut [u8], server_closes: bool) -> std::io::Result<()> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    exchange(&mut s, buf)?;
+    if server_closes {
+        let mut rest = [0u8; 64];
+        loop {
+            match s.read(&mut rest)? {
+                0 => break,
+                _ => continue,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn conn_rate(
+    addr: SocketAddr,
+    c: usize,
+    secs: f64,
+    size: usize,
+    server_closes: bool,
+) -> serde_json::Value {
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -122,14 +159,7 @@ fn conn_rate(addr: SocketAddr, c: usize, secs: f64, size: usize) -> serde_json::
             std::thread::spawn(move || {
                 let mut buf = vec![b'x'; size];
                 while !stop.load(Ordering::Relaxed) {
-                    let r = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(
-                        |mut s| {
-                            s.set_nodelay(true)?;
-                            s.set_read_timeout(Some(Duration::from_secs(2)))?;
-                            exchange(&mut s, &mut buf)
-                        },
-                    );
-                    match r {
+                    match one_connection(addr, &mut buf, server_closes) {
                         Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
                         Err(_) => failed.fetch_add(1, Ordering::Relaxed),
                     };
@@ -254,19 +284,24 @@ fn udp(
     )
 }
 
-fn echo_server(addr: SocketAddr) -> anyhow::Result<()> {
+fn echo_server(addr: SocketAddr, close_after: usize) -> anyhow::Result<()> {
     let l = std::net::TcpListener::bind(addr).with_context(|| format!("bind {addr}"))?;
     for s in l.incoming() {
         let Ok(mut s) = s else { continue };
         std::thread::spawn(move || {
             let _ = s.set_nodelay(true);
             let mut buf = [0u8; 65536];
+            let mut echoed = 0;
             loop {
                 match s.read(&mut buf) {
                     Ok(0) | Err(_) => return,
                     Ok(n) => {
                         if s.write_all(&buf[..n]).is_err() {
                             return;
+                        }
+                        echoed += n;
+                        if close_after > 0 && echoed >= close_after {
+                            return; // dropped: this side's FIN goes first
                         }
                     }
                 }
@@ -278,13 +313,14 @@ fn echo_server(addr: SocketAddr) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let out = match Cli::parse().mode {
-        Mode::EchoServer { addr } => return echo_server(addr),
+        Mode::EchoServer { addr, close_after } => return echo_server(addr, close_after),
         Mode::ConnRate {
             addr,
             concurrency,
             seconds,
             size,
-        } => conn_rate(addr, concurrency, seconds.min(600.0), size),
+            server_closes,
+        } => conn_rate(addr, concurrency, seconds.min(600.0), size, server_closes),
         Mode::Rr {
             addr,
             concurrency,
