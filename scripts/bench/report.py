@@ -123,7 +123,7 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started, reverse
       "**direct** is the path without a relay: the client routes the device segment via the pod "
       "(ip_forward=1), so packets cross the same links; it has no relay process, hence no relay "
       "CPU or memory. **edgelinkd kernel path** is edgelinkd's `\"path\": \"kernel\"` forwards "
-      "(nftables DNAT and fully-random masquerade, no relay process) in a second pod netns made the "
+      "(nftables DNAT and masquerade, no relay process) in a second pod netns made the "
       "same way (eth0 %s, a veth to the client's second interface; net1 by a second plugin ADD on "
       "the same bridge): the same links and hops as direct, in a pod of its own because its table's "
       "forward chain drops whatever it did not DNAT, which would drop direct's routed packets in the "

@@ -336,8 +336,8 @@ YAML
   until_ok 30 differs "" pod_netns hil "$KDEV-0" || { note "no network namespace found for $KDEV-0"; return 1; }
   ns=$(pod_netns hil "$KDEV-0")
   table=$(in_pod_netns "$ns" nft list table inet edgelink) || return 1
-  note "proxy pod's table: $(grep -c ' dnat ip to ' <<<"$table") DNAT rules, $(grep -c 'masquerade fully-random' <<<"$table") masquerade; ip_forward $(in_pod_netns "$ns" cat /proc/sys/net/ipv4/ip_forward), TIME_WAIT $(in_pod_netns "$ns" cat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait) s"
-  [[ $(grep -c ' dnat ip to ' <<<"$table") == 2 && $(in_pod_netns "$ns" cat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait) == 30 ]] || return 1
+  note "proxy pod's table: $(grep -c ' dnat ip to ' <<<"$table") DNAT rules, $(grep -c 'masquerade' <<<"$table") masquerade; ip_forward $(in_pod_netns "$ns" cat /proc/sys/net/ipv4/ip_forward), TIME_WAIT $(in_pod_netns "$ns" cat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait) s"
+  [[ $(grep -c ' dnat ip to ' <<<"$table") == 2 && $(in_pod_netns "$ns" cat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait) == 65 ]] || return 1
   until_ok 30 at_least 1 fwd_field "$KDEV-0" api packetsToTarget || return 1
   note "edgelinkd /status: api path $(fwd_field "$KDEV-0" api path), $(fwd_field "$KDEV-0" api totalConnections) connections, $(fwd_field "$KDEV-0" api packetsToTarget) packets to the device; http maxConnections $(fwd_field "$KDEV-0" http maxConnections)"
   [[ $(fwd_field "$KDEV-0" api path) == kernel && $(fwd_field "$KDEV-0" http maxConnections) == 4 ]] || return 1

@@ -408,8 +408,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "/proc/sys/net", value_parser = absolute)]
     pub proc_sys_net: PathBuf,
     /// Kernel path: conntrack's TIME_WAIT timeout in the pod's namespace
-    /// (whole seconds; the kernel's default is 120).
-    #[arg(long, default_value = "30", value_parser = whole_secs)]
+    /// (whole seconds; the kernel's default is 120). At least a device's
+    /// own TIME_WAIT (Linux: 60 s): the masquerade never gives a new
+    /// connection a port the device still holds for another one.
+    #[arg(long, default_value = "65", value_parser = whole_secs)]
     pub kernel_tcp_time_wait: Duration,
     /// Kernel path: conntrack's UDP timeout in the pod's namespace (whole
     /// seconds).

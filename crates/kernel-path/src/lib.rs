@@ -102,7 +102,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             nft: PathBuf::from("nft"),
-            tcp_time_wait: Duration::from_secs(30),
+            tcp_time_wait: Duration::from_secs(65),
             udp_timeout: Duration::from_secs(30),
             udp_stream_timeout: Duration::from_secs(60),
             proc_sys_net: PathBuf::from("/proc/sys/net"),

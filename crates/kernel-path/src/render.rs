@@ -8,7 +8,7 @@
 //!       (iifname != "net1" when the plan names no cluster interface)
 //!       counter name "<fwd>-conn" dnat ip to 172.31.50.10:80 }
 //!   chain postrouting { type nat hook postrouting priority srcnat; policy accept;
-//!     oifname "net1" ct status dnat masquerade fully-random }
+//!     oifname "net1" ct status dnat masquerade }   (the client's port kept where free)
 //!   chain forward { type filter hook forward priority filter; policy drop;
 //!     ct state invalid drop
 //!     oifname "net1" ct direction original ct status dnat meta l4proto tcp
@@ -29,7 +29,7 @@ use nftables::expr::{
     PayloadField, CT,
 };
 use nftables::schema::{Chain, Counter, NfCmd, NfListObject, NfObject, Nftables, Rule, Table};
-use nftables::stmt::{Match, NATFamily, NATFlag, Operator, Statement, NAT};
+use nftables::stmt::{Match, NATFamily, Operator, Statement, NAT};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -109,12 +109,15 @@ pub fn render(plan: &Plan) -> Result<Nftables<'static>, Error> {
         vec![
             eq(meta(MetaKey::Oifname), string(ifname)),
             dnat_status(),
-            Statement::Masquerade(Some(NAT {
-                addr: None,
-                family: None,
-                port: None,
-                flags: Some(HashSet::from([NATFlag::FullyRandom])),
-            })),
+            // No random flag: the masquerade keeps the client's source
+            // port where it is free, so a client's connection meets the
+            // device on the same port each time, with timestamps that only
+            // go up, and the device takes its SYN into the TIME_WAIT the
+            // last one left. A random port (kubernetes#78547) lands on
+            // another client's TIME_WAIT with older timestamps: the device
+            // drops the SYN (PAWS) and the client waits 1 s to send it
+            // again. Sustained, that cut the connections/s by four.
+            Statement::Masquerade(None),
         ],
     ));
     cmds.push(rule(

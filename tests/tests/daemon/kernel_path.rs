@@ -84,12 +84,13 @@ fn kernel_forwards_relay_tcp_and_udp_count_in_nft_and_survive_a_restart_without_
     assert!(k.get("connectLatency").is_none(), "{k:#}");
     let table = ruleset(&l);
     assert_eq!(table.matches("table inet edgelink").count(), 1, "{table}");
-    assert!(table.contains("fully-random"), "{table}");
+    assert!(table.contains("masquerade"), "{table}");
+    assert!(!table.contains("random"), "{table}");
     assert_eq!(l.pod.sysctl("net.ipv4.ip_forward"), "1");
     assert_eq!(
         l.pod
             .sysctl("net.netfilter.nf_conntrack_tcp_timeout_time_wait"),
-        "30"
+        "65"
     );
 
     for i in 0..5 {

@@ -110,14 +110,14 @@ fn dnat_only_what_does_not_come_from_the_private_side() {
 }
 
 #[test]
-fn masquerade_fully_random_out_of_the_private_interface() {
+fn masquerade_keeping_the_clients_port_out_of_the_private_interface() {
     let rules = rules_of(&commands(&plan()), "postrouting");
     assert_eq!(
         rules,
         [json!([
             {"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": "net1"}},
             {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
-            {"masquerade": {"flags": ["fully-random"]}},
+            {"masquerade": null},
         ])]
     );
 }

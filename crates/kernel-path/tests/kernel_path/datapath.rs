@@ -3,8 +3,10 @@
 
 use crate::lab::*;
 use crate::{full_plan, TABLE};
-use edgelink_kernel_path::{counters, ensure, Error};
-use std::net::IpAddr;
+use edgelink_kernel_path::{counters, ensure, Error, KernelForward, Protocol};
+use socket2::{Domain, Socket, Type};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, TcpListener, TcpStream};
 
 #[test]
 fn tcp_and_udp_reach_the_device_from_the_pods_net1_address() {
@@ -103,4 +105,83 @@ fn counters_count_flows_and_both_directions() {
     let missing = counters(&lab.pod.netns, "nothere", &opts).unwrap_err();
     assert!(matches!(missing, Error::NoTable { .. }), "{missing:?}");
     assert!(missing.to_string().contains("nothere"), "{missing}");
+}
+
+/// A client that connects again and again from one source port meets the
+/// device on that port each time, and the device, which closed first and
+/// holds the last connection's TIME_WAIT, takes each new SYN at once. With
+/// a random masquerade port each connection met the device on another
+/// port, and there the TIME_WAIT of some other connection, whose
+/// timestamps are not this one's: the device dropped the SYN (PAWS) and
+/// the client sent it again a second later (4× fewer connections/s,
+/// round after round, in `make bench`'s sustained measure).
+#[test]
+fn a_client_reconnecting_from_one_port_meets_the_device_on_that_port() {
+    let Some(nft) = nft_or_skip("a_client_reconnecting_from_one_port") else {
+        return;
+    };
+    const CLOSING: u16 = 7010;
+    const CLIENT_PORT: u16 = 40123;
+    let lab = Lab::new();
+    let mut plan = full_plan();
+    plan.forwards.push(KernelForward {
+        name: "closing".into(),
+        protocol: Protocol::Tcp,
+        port: 8090,
+        target: addr(DEVICE, CLOSING),
+    });
+    ensure(&lab.pod.netns, &plan, &options(nft)).unwrap();
+
+    // The device answers one request and closes first (as an HTTP server
+    // with `Connection: close` does): it keeps the TIME_WAIT.
+    let listener = lab
+        .device
+        .run(|| TcpListener::bind(addr(DEVICE, CLOSING)).expect("bind"));
+    let server = std::thread::spawn(move || {
+        let mut peers = Vec::new();
+        for _ in 0..3 {
+            let (mut conn, peer) = listener.accept().expect("accept");
+            conn.set_read_timeout(Some(WAIT)).unwrap();
+            let mut buf = [0u8; 64];
+            let n = conn.read(&mut buf).expect("the request");
+            conn.write_all(&buf[..n]).expect("the answer");
+            peers.push(peer);
+        }
+        peers
+    });
+    for i in 0..3 {
+        lab.client
+            .run(|| -> io::Result<()> {
+                let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+                s.set_reuse_address(true)?;
+                s.bind(&addr(CLIENT, CLIENT_PORT).into())?;
+                s.connect_timeout(&addr(POD, 8090).into(), WAIT)?;
+                let mut s = TcpStream::from(s);
+                s.set_read_timeout(Some(WAIT))?;
+                s.write_all(b"request")?;
+                let mut back = Vec::new();
+                s.read_to_end(&mut back)?; // to the device's FIN
+                assert_eq!(back, b"request");
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+    }
+    let peers = server.join().expect("the device's server");
+    let net1 = addr(POD_NET1, CLIENT_PORT);
+    assert_eq!(peers, [net1; 3], "the masquerade changed the source port");
+    let netstat = lab.device.exec(&["cat", "/proc/net/netstat"]);
+    assert_eq!(
+        tcp_ext(&String::from_utf8_lossy(&netstat.stdout), "PAWSTimewait"),
+        Some(0),
+        "the device dropped a SYN into its TIME_WAIT"
+    );
+}
+
+/// A TcpExt counter of /proc/net/netstat (a line of names, then one of
+/// values).
+fn tcp_ext(netstat: &str, name: &str) -> Option<u64> {
+    let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (lines.next()?, lines.next()?);
+    let i = names.split_whitespace().position(|n| n == name)?;
+    values.split_whitespace().nth(i)?.parse().ok()
 }
