@@ -10,26 +10,33 @@
 //!   chain postrouting { type nat hook postrouting priority srcnat; policy accept;
 //!     oifname "net1" ct status dnat masquerade }   (the client's port kept where free)
 //!   chain forward { type filter hook forward priority filter; policy drop;
-//!     ct state invalid drop
-//!     oifname "net1" ct direction original ct status dnat meta l4proto tcp
-//!       ct original proto-dst 8080 ct reply ip saddr 172.31.50.10 ct reply proto-src 80
-//!       counter name "<fwd>-up" accept
-//!     iifname "net1" ct direction reply  (same flow match)  counter name "<fwd>-down" accept }
+//!     meta l4proto tcp ct status dnat ct original proto-dst vmap { 8080 : jump fwd-<fwd>, ... }
+//!     meta l4proto udp ct status dnat ct original proto-dst vmap { ... } }
+//!   chain fwd-<fwd> {                                                   (per forward)
+//!     oifname "net1" ct direction original meta l4proto tcp
+//!       ct reply ip saddr 172.31.50.10 ct reply proto-src 80 counter name "<fwd>-up" accept
+//!     iifname "net1" ct direction reply  (same target)  counter name "<fwd>-down" accept }
 //! }
 //! ```
 //!
 //! A flow is told apart by its original destination port (before DNAT)
 //! and its reply source (the target after DNAT), so each forward's
 //! counters see its own flows only, and the forward chain accepts nothing
-//! that this table's DNAT did not make.
+//! that this table's DNAT did not make. Every packet a pod routes passes
+//! the forward hook: one lookup in a verdict map per protocol finds its
+//! forward's chain, whatever the number of forwards, where a list of
+//! rules made the last forward's packets try every other one first. A
+//! packet conntrack does not know (`ct state invalid`, kubernetes#74839)
+//! has no `ct status`, matches no rule and meets the policy: drop.
 
 use crate::{Error, KernelForward, Plan, Protocol};
 use nftables::expr::{
     CTDir, Expression, Fib, FibFlag, FibResult, Meta, MetaKey, NamedExpression, Payload,
     PayloadField, CT,
 };
+use nftables::expr::{SetItem, Verdict};
 use nftables::schema::{Chain, Counter, NfCmd, NfListObject, NfObject, Nftables, Rule, Table};
-use nftables::stmt::{Match, NATFamily, Operator, Statement, NAT};
+use nftables::stmt::{JumpTarget, Match, NATFamily, Operator, Statement, VerdictMap, NAT};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -120,18 +127,28 @@ pub fn render(plan: &Plan) -> Result<Nftables<'static>, Error> {
             Statement::Masquerade(None),
         ],
     ));
-    cmds.push(rule(
-        table,
-        FORWARD,
-        vec![flag(ct("state", None), "invalid"), Statement::Drop(None)],
-    ));
+    // The chains a verdict map jumps to are there before it.
     for f in &plan.forwards {
-        cmds.push(rule(
-            table,
-            FORWARD,
-            forward_rule(f, ifname, CTDir::Original),
-        ));
-        cmds.push(rule(table, FORWARD, forward_rule(f, ifname, CTDir::Reply)));
+        cmds.push(NfCmd::Add(NfListObject::Chain(Chain {
+            family: NfFamily::INet,
+            table: owned(table),
+            name: flow_chain(f).into(),
+            newname: None,
+            handle: None,
+            _type: None,
+            hook: None,
+            prio: None,
+            dev: None,
+            policy: None,
+        })));
+        for dir in [CTDir::Original, CTDir::Reply] {
+            cmds.push(rule(table, flow_chain(f), forward_rule(f, ifname, dir)));
+        }
+    }
+    for protocol in [Protocol::Tcp, Protocol::Udp] {
+        if let Some(r) = dispatch_rule(plan, protocol) {
+            cmds.push(rule(table, FORWARD, r));
+        }
     }
     Ok(Nftables {
         objects: cmds.into_iter().map(NfObject::CmdObject).collect(),
@@ -188,8 +205,44 @@ fn dnat_rule(f: &KernelForward, ingress: (&str, Operator)) -> Vec<Statement<'sta
     ]
 }
 
+/// The chain of a forward's flows, which the forward hook jumps to.
+fn flow_chain(f: &KernelForward) -> String {
+    format!("fwd-{}", f.name)
+}
+
+/// `meta l4proto <p> ct status dnat ct original proto-dst vmap { <port> :
+/// jump fwd-<name>, ... }` for the plan's forwards of `protocol`; None
+/// when it has none.
+fn dispatch_rule(plan: &Plan, protocol: Protocol) -> Option<Vec<Statement<'static>>> {
+    let jumps: Vec<SetItem<'static>> = plan
+        .forwards
+        .iter()
+        .filter(|f| f.protocol == protocol)
+        .map(|f| {
+            SetItem::Mapping(
+                Expression::Number(f.port.into()),
+                Expression::Verdict(Verdict::Jump(JumpTarget {
+                    target: flow_chain(f).into(),
+                })),
+            )
+        })
+        .collect();
+    if jumps.is_empty() {
+        return None;
+    }
+    Some(vec![
+        eq(meta(MetaKey::L4proto), string(l4(protocol))),
+        dnat_status(),
+        Statement::VerdictMap(VerdictMap {
+            key: ct("proto-dst", Some(CTDir::Original)),
+            data: Expression::Named(NamedExpression::Set(jumps)),
+        }),
+    ])
+}
+
 /// One direction of the forward's flows: out of the private interface
-/// towards the target (original), or back in from it (reply).
+/// towards the target (original), or back in from it (reply). The
+/// dispatch rule matched the protocol, the DNAT and the original port.
 fn forward_rule(f: &KernelForward, ifname: &str, dir: CTDir) -> Vec<Statement<'static>> {
     let (iface, direction, suffix) = match dir {
         CTDir::Original => (MetaKey::Oifname, "original", UP),
@@ -202,12 +255,8 @@ fn forward_rule(f: &KernelForward, ifname: &str, dir: CTDir) -> Vec<Statement<'s
     vec![
         eq(meta(iface), string(ifname)),
         eq(ct("direction", None), string(direction)),
-        dnat_status(),
+        // The protocol again: nft needs it to read `ct reply proto-src`.
         eq(meta(MetaKey::L4proto), string(l4(f.protocol))),
-        eq(
-            ct("proto-dst", Some(CTDir::Original)),
-            Expression::Number(f.port.into()),
-        ),
         eq(
             ct(saddr, Some(CTDir::Reply)),
             string(&f.target.ip().to_string()),
@@ -405,7 +454,7 @@ pub(crate) fn base_chain(
 
 pub(crate) fn rule(
     table: &str,
-    chain: &'static str,
+    chain: impl Into<Cow<'static, str>>,
     expr: Vec<Statement<'static>>,
 ) -> NfCmd<'static> {
     NfCmd::Add(NfListObject::Rule(Rule {

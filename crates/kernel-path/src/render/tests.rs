@@ -77,8 +77,20 @@ fn one_transaction_replaces_the_whole_table() {
                     "type": "nat", "hook": "postrouting", "prio": 100, "policy": "accept"}),
             &json!({"family": "inet", "table": "edgelink", "name": "forward",
                     "type": "filter", "hook": "forward", "prio": 0, "policy": "drop"}),
+            // Regular chains, one per forward, before the rules that jump.
+            &json!({"family": "inet", "table": "edgelink", "name": "fwd-api"}),
+            &json!({"family": "inet", "table": "edgelink", "name": "fwd-dns6"}),
         ]
     );
+    let first_forward_rule = cmds
+        .iter()
+        .position(|c| c["add"]["rule"]["chain"] == "forward")
+        .unwrap();
+    let last_chain = cmds
+        .iter()
+        .rposition(|c| c["add"].get("chain").is_some())
+        .unwrap();
+    assert!(last_chain < first_forward_rule);
     // Nothing but adds after the one delete.
     assert!(cmds[3..].iter().all(|c| c.get("add").is_some()));
 }
@@ -123,31 +135,40 @@ fn masquerade_keeping_the_clients_port_out_of_the_private_interface() {
 }
 
 #[test]
-fn forward_chain_accepts_only_the_forwards_own_flows() {
-    let rules = rules_of(&commands(&plan()), "forward");
-    assert_eq!(rules.len(), 5);
-    assert_eq!(
-        rules[0],
+fn forward_hook_finds_each_forwards_chain_in_one_verdict_map_per_protocol() {
+    let cmds = commands(&plan());
+    let jump = |port: u16, chain: &str| json!({"key": port, "chain": chain});
+    let dispatch = |l4: &str, jumps: Vec<Value>| {
+        let set: Vec<Value> = jumps
+            .iter()
+            .map(|j| json!([j["key"], {"jump": {"target": j["chain"]}}]))
+            .collect();
         json!([
-            {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "invalid"}},
-            {"drop": null},
+            {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": l4}},
+            {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
+            {"vmap": {"key": {"ct": {"key": "proto-dst", "dir": "original"}}, "data": {"set": set}}},
         ])
+    };
+    // No rule for invalid packets: they have no `ct status` and meet the
+    // policy (drop).
+    assert_eq!(
+        rules_of(&cmds, "forward"),
+        [
+            dispatch("tcp", vec![jump(8080, "fwd-api")]),
+            dispatch("udp", vec![jump(5353, "fwd-dns6")]),
+        ]
     );
-    let flow = |iface: &str,
-                ifname_key: &str,
+    let flow = |ifname_key: &str,
                 dir: &str,
                 l4: &str,
-                port: u16,
                 saddr: &str,
                 ip: &str,
                 tport: u16,
                 counter: &str| {
         json!([
-            {"match": {"op": "==", "left": {"meta": {"key": ifname_key}}, "right": iface}},
+            {"match": {"op": "==", "left": {"meta": {"key": ifname_key}}, "right": "net1"}},
             {"match": {"op": "==", "left": {"ct": {"key": "direction"}}, "right": dir}},
-            {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
             {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": l4}},
-            {"match": {"op": "==", "left": {"ct": {"key": "proto-dst", "dir": "original"}}, "right": port}},
             {"match": {"op": "==", "left": {"ct": {"key": saddr, "dir": "reply"}}, "right": ip}},
             {"match": {"op": "==", "left": {"ct": {"key": "proto-src", "dir": "reply"}}, "right": tport}},
             {"counter": counter},
@@ -155,60 +176,70 @@ fn forward_chain_accepts_only_the_forwards_own_flows() {
         ])
     };
     assert_eq!(
-        rules[1],
-        flow(
-            "net1",
-            "oifname",
-            "original",
-            "tcp",
-            8080,
-            "ip saddr",
-            "172.31.50.10",
-            80,
-            "api-up"
-        )
+        rules_of(&cmds, "fwd-api"),
+        [
+            flow(
+                "oifname",
+                "original",
+                "tcp",
+                "ip saddr",
+                "172.31.50.10",
+                80,
+                "api-up"
+            ),
+            flow(
+                "iifname",
+                "reply",
+                "tcp",
+                "ip saddr",
+                "172.31.50.10",
+                80,
+                "api-down"
+            ),
+        ]
     );
     assert_eq!(
-        rules[2],
-        flow(
-            "net1",
-            "iifname",
-            "reply",
-            "tcp",
-            8080,
-            "ip saddr",
-            "172.31.50.10",
-            80,
-            "api-down"
-        )
+        rules_of(&cmds, "fwd-dns6"),
+        [
+            flow(
+                "oifname",
+                "original",
+                "udp",
+                "ip6 saddr",
+                "fd00:50::10",
+                53,
+                "dns6-up"
+            ),
+            flow(
+                "iifname",
+                "reply",
+                "udp",
+                "ip6 saddr",
+                "fd00:50::10",
+                53,
+                "dns6-down"
+            ),
+        ]
     );
+
+    // One rule per protocol, whatever the number of forwards.
+    let mut many = plan();
+    many.forwards = (0..50)
+        .map(|i| KernelForward {
+            name: format!("f{i}"),
+            protocol: Protocol::Tcp,
+            port: 9000 + i,
+            target: "172.31.50.10:80".parse().unwrap(),
+        })
+        .collect();
+    let forward = rules_of(&commands(&many), "forward");
+    assert_eq!(forward.len(), 1);
     assert_eq!(
-        rules[3],
-        flow(
-            "net1",
-            "oifname",
-            "original",
-            "udp",
-            5353,
-            "ip6 saddr",
-            "fd00:50::10",
-            53,
-            "dns6-up"
-        )
-    );
-    assert_eq!(
-        rules[4],
-        flow(
-            "net1",
-            "iifname",
-            "reply",
-            "udp",
-            5353,
-            "ip6 saddr",
-            "fd00:50::10",
-            53,
-            "dns6-down"
-        )
+        forward[0][2]["vmap"]["data"]["set"]
+            .as_array()
+            .unwrap()
+            .len(),
+        50
     );
 }
 
@@ -218,7 +249,11 @@ fn a_plan_without_forwards_still_drops_what_it_would_route() {
     p.forwards.clear();
     let cmds = commands(&p);
     assert!(rules_of(&cmds, "prerouting").is_empty());
-    assert_eq!(rules_of(&cmds, "forward").len(), 1);
+    // The forward hook's policy drops everything.
+    assert!(rules_of(&cmds, "forward").is_empty());
+    assert!(cmds
+        .iter()
+        .any(|c| c["add"]["chain"]["name"] == "forward" && c["add"]["chain"]["policy"] == "drop"));
 }
 
 #[test]

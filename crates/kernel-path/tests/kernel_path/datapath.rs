@@ -6,7 +6,8 @@ use crate::{full_plan, TABLE};
 use edgelink_kernel_path::{counters, ensure, Error, KernelForward, Protocol};
 use socket2::{Domain, Socket, Type};
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
 
 #[test]
 fn tcp_and_udp_reach_the_device_from_the_pods_net1_address() {
@@ -152,11 +153,7 @@ fn a_client_reconnecting_from_one_port_meets_the_device_on_that_port() {
     for i in 0..3 {
         lab.client
             .run(|| -> io::Result<()> {
-                let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-                s.set_reuse_address(true)?;
-                s.bind(&addr(CLIENT, CLIENT_PORT).into())?;
-                s.connect_timeout(&addr(POD, 8090).into(), WAIT)?;
-                let mut s = TcpStream::from(s);
+                let mut s = reconnect_from(addr(CLIENT, CLIENT_PORT), addr(POD, 8090))?;
                 s.set_read_timeout(Some(WAIT))?;
                 s.write_all(b"request")?;
                 let mut back = Vec::new();
@@ -184,4 +181,33 @@ fn tcp_ext(netstat: &str, name: &str) -> Option<u64> {
     let (names, values) = (lines.next()?, lines.next()?);
     let i = names.split_whitespace().position(|n| n == name)?;
     values.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// A connection from `from` to `to`. The last one from `from` sent its FIN
+/// second and waits in LAST_ACK for the device's ACK; until that comes,
+/// connect(2) refuses the same four-tuple (EADDRNOTAVAIL): tried again,
+/// for a second at most.
+fn reconnect_from(from: SocketAddr, to: SocketAddr) -> io::Result<TcpStream> {
+    let mut tries = 0;
+    loop {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        s.set_reuse_address(true)?;
+        let r = s
+            .bind(&from.into())
+            .and_then(|()| s.connect_timeout(&to.into(), WAIT));
+        match r {
+            Ok(()) => return Ok(s.into()),
+            Err(e)
+                if tries < 50
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::AddrNotAvailable | io::ErrorKind::AddrInUse
+                    ) =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
