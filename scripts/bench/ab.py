@@ -61,8 +61,10 @@ def base_bins(rev):
 FIGURE = re.compile(r"(\w+)=([-+0-9.e]+)")
 
 
-def run(bins, loadgen, measures, only, args):
-    """One relay.py run; {figure: value} of what edgelinkd printed."""
+def run(bins, loadgen, measures, only, args, subject="edgelinkd"):
+    """One relay.py run; {figure: value} of what `subject` printed, and
+    direct's figures as direct_<figure> with <figure>_vs_direct, the
+    subject's ratio to direct in the same round."""
     env = dict(os.environ, EDGELINK_BIN=os.path.join(bins, "edgelink"),
                EDGELINKD_BIN=os.path.join(bins, "edgelinkd"), LOADGEN_BIN=loadgen)
     if args:
@@ -72,13 +74,22 @@ def run(bins, loadgen, measures, only, args):
                          env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise SystemExit("ab: relay.py failed:\n" + out.stdout[-2000:] + out.stderr[-2000:])
-    got = {}
+    got, direct = {}, {}
     for line in out.stdout.splitlines():
         if not line.startswith("round "):
             continue
         for part in line.split(": ", 1)[1].split("; "):
-            if part.startswith("edgelinkd "):
-                got.update((k, float(v)) for k, v in FIGURE.findall(part))
+            first = FIGURE.search(part)
+            name = part[:first.start()].strip() if first else ""
+            figures = [(k, float(v)) for k, v in FIGURE.findall(part)]
+            if name == subject:
+                got.update(figures)
+            elif name == "direct" and subject != "direct":
+                direct.update(figures)
+    for k, v in direct.items():
+        got["direct_" + k] = v
+        if got.get(k) and v:
+            got[k + "_vs_direct"] = got[k] / v
     return got
 
 
@@ -88,6 +99,8 @@ def main():
     ap.add_argument("--measures", default="rr,udp", help="relay.py --measures")
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--only", default="edgelinkd", help="relay.py --only (edgelinkd always runs)")
+    ap.add_argument("--subject", default="edgelinkd",
+                    help="whose figures to compare, e.g. \"edgelinkd kernel path\" (with --only ...,kernel)")
     ap.add_argument("--args", default=os.environ.get("EDGELINKD_ARGS", ""),
                     help="extra edgelinkd arguments, for both builds")
     a = ap.parse_args()
@@ -102,12 +115,13 @@ def main():
         # a pair leaves (a warm page cache, a cooler CPU) favours neither.
         order = [("base", base), ("tree", here)]
         for which, bins in (order if i % 2 == 0 else order[::-1]):
-            got = run(bins, loadgen, a.measures, a.only, a.args)
+            got = run(bins, loadgen, a.measures, a.only, a.args, a.subject)
             runs[which].append(got)
             print("pair %d %s: %s" % (i + 1, which, " ".join("%s=%.4g" % kv for kv in sorted(got.items()))),
                   flush=True)
-    print("\nbase %s, tree = working tree; %d pairs of `relay.py --only %s --measures %s --rounds 1`%s"
-          % (name, a.pairs, a.only, a.measures, " with EDGELINKD_ARGS=%r" % a.args if a.args else ""))
+    print("\nbase %s, tree = working tree; %d pairs of `relay.py --only %s --measures %s --rounds 1`%s; "
+          "figures of %s" % (name, a.pairs, a.only, a.measures,
+                             " with EDGELINKD_ARGS=%r" % a.args if a.args else "", a.subject))
     print("%-14s %-6s %10s  %s" % ("figure", "build", "median", "runs"))
     for key in sorted(set().union(*runs["base"], *runs["tree"])):
         for which in ("base", "tree"):
