@@ -270,6 +270,18 @@ pub async fn relay_udp(
         }
     };
     if let Ok(true) = result {
+        // A new client's session still waiting for its upstream socket
+        // would lose what it queued (a new flow's first datagram, lost in
+        // a take-over: kube lab F6, CI 2026-11-26): its socket is let come
+        // first, so it is handed over Ready.
+        let settle = tokio::time::sleep(SETTLE_PENDING);
+        let mut settle = std::pin::pin!(settle);
+        while table.pending() {
+            tokio::select! {
+                Some(created) = created_rx.recv() => table.created(created),
+                () = &mut settle => break,
+            }
+        }
         let sessions = table.park().await;
         // A second descriptor: this one goes with the table's Arc.
         let listener = std::net::UdpSocket::from(listener.as_fd().try_clone_to_owned()?);
@@ -278,6 +290,9 @@ pub async fn relay_udp(
     table.close().await;
     result.map(|_| None)
 }
+
+/// How long a park waits for the upstream sockets of new sessions.
+const SETTLE_PENDING: Duration = Duration::from_millis(250);
 
 /// Read the listener until it would block (or for [`ROUNDS`] batches, or,
 /// with `stop_when_crowded`, until a new client's queue is full) and pass

@@ -360,3 +360,110 @@ fn a_udp_forward_parked_and_resumed_keeps_its_sessions_and_queued_datagrams() {
     assert_eq!(Counters::get(&counters.udp_drops), 0);
     assert_eq!(peers.lock().unwrap().len(), 20, "the target saw new peers");
 }
+
+/// A UDP socket source that takes `delay` to make each socket.
+struct SlowSource(Duration);
+
+impl edgelink_relay::SocketSource for SlowSource {
+    fn udp_socket(
+        &self,
+        target: SocketAddr,
+    ) -> futures_util::future::BoxFuture<'static, std::io::Result<std::net::UdpSocket>> {
+        let made = LocalSource::default().udp_socket(target);
+        let delay = self.0;
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            made.await
+        })
+    }
+
+    fn tcp_socket(
+        &self,
+        target: SocketAddr,
+    ) -> futures_util::future::BoxFuture<'static, std::io::Result<socket2::Socket>> {
+        LocalSource::default().tcp_socket(target)
+    }
+}
+
+/// A new client's first datagram, read just before a park while its
+/// session waits for its upstream socket, is not lost: the park lets the
+/// socket come, the datagram goes out, and the session is handed over
+/// Ready, so the target's answer reaches the client through the relay that
+/// adopts it. It was counted as a drop (a new UDP flow lost in a take-over:
+/// kube lab F6, CI 2026-11-26).
+#[test]
+fn a_udp_session_waiting_for_its_socket_at_a_park_is_handed_over_ready() {
+    use edgelink_relay::{relay_udp, SocketSource, UdpConfig, UdpForward};
+    use tokio::net::UdpSocket;
+
+    let rt = runtime();
+    let (target, client, listener) = rt.block_on(async {
+        let t = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let target = t.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            while let Ok((n, from)) = t.recv_from(&mut buf).await {
+                let _ = t.send_to(&buf[..n], from).await;
+            }
+        });
+        let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        c.connect(listener.local_addr().unwrap()).await.unwrap();
+        (target, c, listener)
+    });
+    let run = |forward: UdpForward, source: Arc<dyn SocketSource>, before: &dyn Fn()| {
+        let relay_rt = runtime();
+        let counters = Arc::new(Counters::default());
+        let park = CancellationToken::new();
+        let (c, p) = (counters.clone(), park.clone());
+        let task = relay_rt.spawn(async move {
+            let refuse = Arc::new(|_, _| false);
+            let cfg = UdpConfig::default();
+            relay_udp(
+                forward,
+                target,
+                source,
+                cfg,
+                c,
+                refuse,
+                std::future::pending(),
+                &p,
+            )
+            .await
+        });
+        before();
+        park.cancel();
+        let parked = relay_rt
+            .block_on(async { timeout(Duration::from_secs(5), task).await })
+            .expect("park stuck")
+            .unwrap()
+            .expect("relay_udp failed")
+            .expect("parked, not stopped");
+        (parked, counters)
+    };
+    let first = UdpForward {
+        listener,
+        sessions: Vec::new(),
+    };
+    // The socket takes 100 ms; the park comes 20 ms after the datagram.
+    let slow = Arc::new(SlowSource(Duration::from_millis(100)));
+    let (parked, counters) = run(first, slow, &|| {
+        rt.block_on(client.send(b"first")).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    });
+    assert_eq!(
+        Counters::get(&counters.udp_drops),
+        0,
+        "the datagram was dropped"
+    );
+    assert_eq!(parked.sessions.len(), 1, "the session was not handed over");
+    let (_, counters) = run(parked, Arc::new(LocalSource::default()), &|| {
+        let mut buf = [0u8; 64];
+        let n = rt
+            .block_on(async { timeout(Duration::from_secs(5), client.recv(&mut buf)).await })
+            .expect("the answer to the first datagram was lost")
+            .unwrap();
+        assert_eq!(&buf[..n], b"first");
+    });
+    assert_eq!(Counters::get(&counters.udp_sessions_total), 0);
+}

@@ -69,9 +69,18 @@ impl Table {
         Counters::inc(&self.shared.counters.udp_sessions);
     }
 
+    /// Whether a session still waits for its upstream socket.
+    pub(in crate::udp) fn pending(&self) -> bool {
+        self.slots
+            .iter()
+            .flatten()
+            .any(|s| matches!(s.state, State::Pending { .. }))
+    }
+
     /// Stop every session and give back those that have their socket, for
     /// another relay to [`Table::adopt`]. A session still waiting for its
-    /// socket is closed: its queued datagrams are counted as drops.
+    /// socket (the park waited for it in vain, `SETTLE_PENDING`) is closed:
+    /// its queued datagrams are counted as drops.
     pub(in crate::udp) async fn park(&mut self) -> Vec<super::super::ParkedSession> {
         let now = self.shared.clock.now();
         let mut parked = Vec::with_capacity(self.by_peer.len());
