@@ -251,7 +251,7 @@ fn a_half_closed_connection_keeps_its_half_close_across_parks() {
 /// sees no new peer), and no session is made again.
 #[test]
 fn a_udp_forward_parked_and_resumed_keeps_its_sessions_and_queued_datagrams() {
-    use edgelink_relay::{relay_udp, UdpConfig, UdpForward};
+    use edgelink_relay::UdpForward;
     use std::collections::HashSet;
     use std::sync::Mutex;
     use tokio::net::UdpSocket;
@@ -297,33 +297,8 @@ fn a_udp_forward_parked_and_resumed_keeps_its_sessions_and_queued_datagrams() {
             }
         })
     };
-    let run = |forward: UdpForward, before: &dyn Fn()| -> (UdpForward, Arc<Counters>) {
-        let relay_rt = runtime();
-        let counters = Arc::new(Counters::default());
-        let park = CancellationToken::new();
-        let (c, p) = (counters.clone(), park.clone());
-        let task = relay_rt.spawn(async move {
-            relay_udp(
-                forward,
-                target,
-                Arc::new(LocalSource::default()),
-                UdpConfig::default(),
-                c,
-                Arc::new(|_, _| false),
-                std::future::pending(),
-                &p,
-            )
-            .await
-        });
-        before();
-        park.cancel();
-        let parked = relay_rt
-            .block_on(async { timeout(Duration::from_secs(5), task).await })
-            .expect("park stuck")
-            .unwrap()
-            .expect("relay_udp failed")
-            .expect("parked, not stopped");
-        (parked, counters)
+    let run = |forward: UdpForward, before: &dyn Fn()| {
+        udp_until_parked(forward, target, Arc::new(LocalSource::default()), before)
     };
     let first = UdpForward {
         listener,
@@ -393,7 +368,7 @@ impl edgelink_relay::SocketSource for SlowSource {
 /// kube lab F6, CI 2026-11-26).
 #[test]
 fn a_udp_session_waiting_for_its_socket_at_a_park_is_handed_over_ready() {
-    use edgelink_relay::{relay_udp, SocketSource, UdpConfig, UdpForward};
+    use edgelink_relay::{SocketSource, UdpForward};
     use tokio::net::UdpSocket;
 
     let rt = runtime();
@@ -412,34 +387,7 @@ fn a_udp_session_waiting_for_its_socket_at_a_park_is_handed_over_ready() {
         (target, c, listener)
     });
     let run = |forward: UdpForward, source: Arc<dyn SocketSource>, before: &dyn Fn()| {
-        let relay_rt = runtime();
-        let counters = Arc::new(Counters::default());
-        let park = CancellationToken::new();
-        let (c, p) = (counters.clone(), park.clone());
-        let task = relay_rt.spawn(async move {
-            let refuse = Arc::new(|_, _| false);
-            let cfg = UdpConfig::default();
-            relay_udp(
-                forward,
-                target,
-                source,
-                cfg,
-                c,
-                refuse,
-                std::future::pending(),
-                &p,
-            )
-            .await
-        });
-        before();
-        park.cancel();
-        let parked = relay_rt
-            .block_on(async { timeout(Duration::from_secs(5), task).await })
-            .expect("park stuck")
-            .unwrap()
-            .expect("relay_udp failed")
-            .expect("parked, not stopped");
-        (parked, counters)
+        udp_until_parked(forward, target, source, before)
     };
     let first = UdpForward {
         listener,
@@ -466,4 +414,43 @@ fn a_udp_session_waiting_for_its_socket_at_a_park_is_handed_over_ready() {
         assert_eq!(&buf[..n], b"first");
     });
     assert_eq!(Counters::get(&counters.udp_sessions_total), 0);
+}
+
+/// Relay `forward` to `target` on a runtime of its own, run `before`, then
+/// park it: the parked forward and the relay's counters.
+fn udp_until_parked(
+    forward: edgelink_relay::UdpForward,
+    target: SocketAddr,
+    source: Arc<dyn edgelink_relay::SocketSource>,
+    before: &dyn Fn(),
+) -> (edgelink_relay::UdpForward, Arc<Counters>) {
+    use edgelink_relay::{relay_udp, UdpConfig};
+    let relay_rt = runtime();
+    let counters = Arc::new(Counters::default());
+    let park = CancellationToken::new();
+    let (c, p) = (counters.clone(), park.clone());
+    let task = relay_rt.spawn(async move {
+        let refuse = Arc::new(|_, _| false);
+        let cfg = UdpConfig::default();
+        relay_udp(
+            forward,
+            target,
+            source,
+            cfg,
+            c,
+            refuse,
+            std::future::pending(),
+            &p,
+        )
+        .await
+    });
+    before();
+    park.cancel();
+    let parked = relay_rt
+        .block_on(async { timeout(Duration::from_secs(5), task).await })
+        .expect("park stuck")
+        .unwrap()
+        .expect("relay_udp failed")
+        .expect("parked, not stopped");
+    (parked, counters)
 }
