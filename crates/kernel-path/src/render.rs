@@ -32,9 +32,8 @@
 use crate::{Error, KernelForward, Plan, Protocol};
 use nftables::expr::{
     CTDir, Expression, Fib, FibFlag, FibResult, Meta, MetaKey, NamedExpression, Payload,
-    PayloadField, CT,
+    PayloadField, SetItem, Verdict, CT,
 };
-use nftables::expr::{SetItem, Verdict};
 use nftables::schema::{Chain, Counter, NfCmd, NfListObject, NfObject, Nftables, Rule, Table};
 use nftables::stmt::{JumpTarget, Match, NATFamily, Operator, Statement, VerdictMap, NAT};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
