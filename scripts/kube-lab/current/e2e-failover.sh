@@ -9,7 +9,8 @@
 #       from its node's range, both in the Service; status 2/2.
 #   F2  kedge1's cable cut, then put back; F3 edgelinkd on kedge1 killed;
 #       F4 kedge1 lost (kubelet, containerd and every container killed:
-#       node-stop.sh), then started again (up). For each: a client on kw1
+#       node-stop.sh), then started again (up): its proxy comes back in
+#       a new sandbox with its sticky address. For each: a client on kw1
 #       opens a new TCP connection and sends a UDP request every 50 ms
 #       through the Service (failover.py), and the figures are printed:
 #       connections failed and UDP replies lost, the time until every new
@@ -291,9 +292,20 @@ node_back() {
 }
 fo_leader() { kc -n edgelink-system get lease edgelink-operator -o jsonpath='{.spec.holderIdentity}'; }
 fo_leader_node() { kc -n edgelink-system get pod "$(fo_leader)" -o jsonpath='{.spec.nodeName}'; }
+# fo_net1 NODE: the node's proxy's net1 as Multus's network-status says
+# ("ADDRESS MAC"; a new sandbox gets a new MAC, its sticky address again)
+fo_net1() {
+  net_status "$(fo_pod "$1")" | python3 -c '
+import json, sys
+for n in json.load(sys.stdin):
+    if n.get("interface") == "net1":
+        print(",".join(n.get("ips", [])), n.get("mac", ""))
+'
+}
 f4_node() {
   until_ok 60 fo_in kedge1 || return 1
-  local holder node
+  local holder node net1 net1_back
+  net1=$(fo_net1 kedge1)
   holder=$(fo_leader) node=$(fo_leader_node)
   # The node that fails here is not the operator's leader's (the
   # Deployment prefers other nodes; the lab has one other worker): moved
@@ -318,9 +330,12 @@ f4_node() {
     note "the operator's leader $holder runs on $node"
   fi
   fo_outage node node_lost node_back 180
-  fo_within "$FO_FIG" 10 && fo_in kedge1 && fo_clean "$FO_BACK" && fo_rev_within 10
+  net1_back=$(fo_net1 kedge1)
+  note "kedge1's proxy's net1 (address, MAC): before $net1, back $net1_back (its sticky address in a new sandbox)"
+  fo_within "$FO_FIG" 10 && fo_in kedge1 && fo_clean "$FO_BACK" && fo_rev_within 10 &&
+    [[ -n ${net1%% *} && ${net1%% *} == "${net1_back%% *}" ]]
 }
-check "F4 kedge1 lost (kubelet, containerd, containers killed): its proxy leaves the Service, new connections work again (goal 10 s), the virtual address moves (goal 3 s); back after up (figures printed)" f4_node
+check "F4 kedge1 lost (kubelet, containerd, containers killed): its proxy leaves the Service, new connections work again (goal 10 s), the virtual address moves (goal 3 s); back after up with its sticky address (figures printed)" f4_node
 
 FO_TESTER=needs-$FO_DEV
 tester_ready() { kc -n hil get pod "$FO_TESTER" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
