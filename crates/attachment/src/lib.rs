@@ -1,9 +1,9 @@
 //! Attachment records: the contract between the plugin and the node daemon.
 //!
 //! One JSON file per (container ID, ifname) under `<stateDir>/attachments/`,
-//! named unambiguously within 255 bytes, written atomically and durably
-//! (temp file + fsync + rename + fsync of the directory) by the plugin on
-//! ADD and removed on DEL; the daemon reads them to know which forwards to serve in which
+//! named unambiguously within 255 bytes, written atomically (temp file +
+//! fsync + rename; the directory fsync'd too where DEL needs the record
+//! after a power loss) by the plugin on ADD and removed on DEL; the daemon reads them to know which forwards to serve in which
 //! network namespace. This crate owns the record's format, the forward types
 //! and their target checks, and the directory; it must not touch the kernel
 //! or know about CNI.
@@ -123,6 +123,16 @@ impl Record {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })
+    }
+
+    /// The IPAM plugin this attachment's addresses came from when it is not
+    /// the built-in one (`cni_config.ipam.type`). DEL with a config that
+    /// lacks its `ipam` finds that plugin, and the config to call it with,
+    /// only in the record.
+    pub fn delegated_ipam(&self) -> Option<&str> {
+        self.cni_config.as_ref()?["ipam"]["type"]
+            .as_str()
+            .filter(|t| !t.is_empty() && *t != "edgelink")
     }
 
     /// The content [`RecordStore::write`] gives a record file: pretty JSON

@@ -5,9 +5,25 @@ use crate::{Forward, Protocol, RecordInterface, RECORD_VERSION};
 use std::cell::RefCell;
 use std::os::unix::fs::PermissionsExt;
 
+mod power_cut;
+
+/// A test's hook at a named point of `write`, on this thread.
+type CutHook = Box<dyn FnMut(&'static str)>;
+
 thread_local! {
     /// What `sync` fsync'd on this thread.
     pub(super) static SYNCED: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+    static CUT: RefCell<Option<CutHook>> = const { RefCell::new(None) };
+}
+
+/// `write` passed `point` ("written", "synced", "renamed"): the hook a test
+/// set runs there (power_cut.rs takes the disk's image).
+pub(super) fn cut_point(point: &'static str) {
+    CUT.with(|c| {
+        if let Some(hook) = c.borrow_mut().as_mut() {
+            hook(point);
+        }
+    });
 }
 
 fn rec(cid: &str) -> Record {
@@ -259,30 +275,54 @@ fn stale_temp_files_are_removed_by_list() {
     );
 }
 
-#[test]
-fn write_fsyncs_the_record_then_the_directory_and_leaves_no_temp() {
+/// What `write` fsync'd for `r`, and the store's names afterwards.
+fn synced_by_write(r: &Record) -> (Vec<PathBuf>, Vec<String>, PathBuf) {
     let d = tempfile::tempdir().unwrap();
     let s = RecordStore::new(d.path());
     SYNCED.with(|v| v.borrow_mut().clear());
-    let p = s.write(&rec("c1")).unwrap();
+    let p = s.write(r).unwrap();
     let synced = SYNCED.with(|v| v.borrow().clone());
-    assert_eq!(synced.len(), 2, "{synced:?}");
-    // The temp file (content before rename), then the directory.
-    let tmp = synced[0]
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    assert!(
-        tmp.starts_with(".c1_net1.") && tmp.ends_with(".tmp"),
-        "{tmp}"
-    );
-    assert_eq!(synced[1], s.dir());
-    assert_eq!(names(&s), vec!["c1_net1.json"]);
     assert_eq!(
         serde_json::from_slice::<Record>(&fs::read(p).unwrap()).unwrap(),
-        rec("c1")
+        *r
     );
+    (synced, names(&s), s.dir().to_path_buf())
+}
+
+fn is_temp_of(path: &Path, cid: &str) -> bool {
+    let name = path.file_name().unwrap().to_string_lossy();
+    name.starts_with(&format!(".{cid}_net1.")) && name.ends_with(".tmp")
+}
+
+#[test]
+fn write_fsyncs_the_record_once_before_the_rename_and_leaves_no_temp() {
+    // The built-in IPAM: one sync per ADD, the content before the rename.
+    let (synced, names, _) = synced_by_write(&rec("c1"));
+    assert_eq!(synced.len(), 1, "{synced:?}");
+    assert!(is_temp_of(&synced[0], "c1"), "{synced:?}");
+    assert_eq!(names, vec!["c1_net1.json"]);
+}
+
+#[test]
+fn a_delegated_ipams_record_has_its_directory_fsynced_too() {
+    // DEL with a stripped config finds the delegated IPAM only in the
+    // record: its name must survive a power loss as well.
+    let mut r = rec("c1");
+    r.cni_config = Some(serde_json::json!({"type": "edgelink", "ipam": {"type": "host-local"}}));
+    assert_eq!(r.delegated_ipam(), Some("host-local"));
+    let (synced, names, dir) = synced_by_write(&r);
+    assert_eq!(synced.len(), 2, "{synced:?}");
+    assert!(is_temp_of(&synced[0], "c1"), "{synced:?}");
+    assert_eq!(synced[1], dir);
+    assert_eq!(names, vec!["c1_net1.json"]);
+    // The built-in IPAM, named or by default, is not a delegate.
+    for ipam in [
+        serde_json::json!({"type": "edgelink"}),
+        serde_json::json!({"ranges": []}),
+    ] {
+        r.cni_config = Some(serde_json::json!({"ipam": ipam}));
+        assert_eq!(r.delegated_ipam(), None);
+    }
 }
 
 #[test]
