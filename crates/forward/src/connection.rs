@@ -163,7 +163,9 @@ pub(crate) async fn connection(
     cfg.prepared &= !handed;
     let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
     let pipes = ctx.shared.pipes.clone();
-    let run = edgelink_relay::relay_tcp(client, upstream, &pipes, c, &cfg, &park);
+    let run = std::pin::pin!(edgelink_relay::relay_tcp(
+        client, upstream, &pipes, c, &cfg, &park
+    ));
     finish(
         &ctx,
         relay(run, fds, ctx.close.clone()).await,
@@ -275,17 +277,20 @@ pub(crate) fn finish(ctx: &Ctx, r: Option<Relayed>, held: (Slot, Guard, Option<P
 /// it, so that nothing keeps the pod's namespace alive. Ended that way, or
 /// dropped (the task aborted), both sockets (`fds`) are reset: bytes in
 /// flight are lost.
-pub(crate) async fn relay(
-    run: impl std::future::Future<Output = Relayed>,
+///
+/// `run` is pinned where the caller keeps it: a future taken by value and
+/// pinned here would be held twice in this one's state (the argument and
+/// the pinned local), 3 KiB more in every connection's task. The caller
+/// declares it before calling, so this future, and the reset in it, is
+/// dropped first, while `run`'s sockets are still open.
+pub(crate) async fn relay<F: std::future::Future<Output = Relayed>>(
+    mut run: std::pin::Pin<&mut F>,
     fds: [RawFd; 2],
     mut close: watch::Receiver<bool>,
 ) -> Option<Relayed> {
-    tokio::pin!(run);
-    // Declared after `run`: dropped before it, while its sockets are
-    // still open (also when this future is dropped unfinished).
     let mut reset = ResetUnlessDone { fds, armed: true };
     tokio::select! {
-        r = &mut run => {
+        r = run.as_mut() => {
             // Ended by itself (its sockets are closed, reset already on an
             // error) or parked (they are handed on): the descriptors must
             // not be touched again.
@@ -427,7 +432,9 @@ mod tests {
     ) -> Option<Relayed> {
         let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
         let park = tokio_util::sync::CancellationToken::new();
-        let run = edgelink_relay::relay_tcp(client, upstream, pipes, counters, cfg, &park);
+        let run = std::pin::pin!(edgelink_relay::relay_tcp(
+            client, upstream, pipes, counters, cfg, &park
+        ));
         relay(run, fds, close).await
     }
 
@@ -474,6 +481,37 @@ mod tests {
                     );
                 }
             }
+        });
+    }
+
+    /// What an idle relayed connection's task holds beside its sockets:
+    /// the relay's future and `relay`'s around it. 3 KiB since futures are
+    /// no longer held twice (docs/benchmarks.md, "Issue
+    /// 25, an idle connection"); the bound catches one coming back.
+    #[test]
+    fn an_idle_connections_relay_futures_stay_small() {
+        runtime().block_on(async {
+            let pipes = PipePool::new(1 << 16, 4);
+            let (cfg, counters) = (TcpRelayConfig::default(), Counters::default());
+            let park = tokio_util::sync::CancellationToken::new();
+            let (client, _client_peer) = pair().await;
+            let (upstream, _upstream_peer) = pair().await;
+            let (_close_tx, close) = watch::channel(false);
+            let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
+            let mut run = std::pin::pin!(edgelink_relay::relay_tcp(
+                client, upstream, &pipes, &counters, &cfg, &park
+            ));
+            let run_size = std::mem::size_of_val(&*run);
+            let outer = std::mem::size_of_val(&relay(run.as_mut(), fds, close));
+            // 3024 in a release build, 3088 in a debug one (rustc 1.95);
+            // 3440 with `unless_parked` holding its future twice.
+            let bound = 3200;
+            eprintln!("relay_tcp {run_size} bytes, relay {outer} bytes (bound {bound})");
+            assert!(
+                run_size + outer <= bound,
+                "an idle connection's futures: relay_tcp {run_size} + relay {outer} bytes, over {bound}"
+            );
+            assert!(outer <= 512, "relay holds a copy of the relay's future: {outer} bytes");
         });
     }
 

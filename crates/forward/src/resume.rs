@@ -115,7 +115,7 @@ async fn resumed(job: Job, ctx: Ctx, slot: Slot, guard: Guard) {
             let park = ctx.shared.lot.token().child_token();
             let pipes = ctx.shared.pipes.clone();
             let c = &ctx.forward.counters;
-            let run = edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park);
+            let run = std::pin::pin!(edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park));
             finish(
                 &ctx,
                 relay(run, fds, ctx.close.clone()).await,

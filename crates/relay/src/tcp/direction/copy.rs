@@ -110,7 +110,8 @@ impl<'p> Direction<'_, 'p> {
                             Ok(0) => eof = true,
                             Ok(n) => end = n,
                             Err(e) if would_block(&e) => {
-                                match self.unless_parked(self.src.readable()).await {
+                                let readable = std::pin::pin!(self.src.readable());
+                                match self.unless_parked(readable).await {
                                     Some(r) => r?,
                                     None => return Ok(DirEnd::Parked { pipe, eof }),
                                 }

@@ -158,13 +158,31 @@ impl<'a, 'p> Direction<'a, 'p> {
         }
     }
 
-    /// `fut`, unless the relay is asked to park first (`None`).
-    async fn unless_parked<T>(&self, fut: impl std::future::Future<Output = T>) -> Option<T> {
+    /// `fut`, unless the relay is asked to park first (`None`). `fut` is
+    /// pinned where the caller keeps it: taken by value, it would be held
+    /// twice in this future (the argument and select!'s copy), and this
+    /// is where an idle connection waits.
+    async fn unless_parked<F: std::future::Future>(
+        &self,
+        mut fut: std::pin::Pin<&mut F>,
+    ) -> Option<F::Output> {
         tokio::select! {
             biased;
             () = self.park.cancelled() => None,
-            r = fut => Some(r),
+            r = fut.as_mut() => Some(r),
         }
+    }
+
+    /// [`Self::wait_readable`] unless the relay is asked to park first:
+    /// the idle connection's wait, a future of its own so that the state of
+    /// `splice` holds the waiting future only while it waits.
+    async fn readable_unless_parked(
+        &self,
+        taken: usize,
+        lowat: &mut usize,
+    ) -> Option<io::Result<()>> {
+        let readable = std::pin::pin!(self.wait_readable(taken, lowat));
+        self.unless_parked(readable).await
     }
 
     /// Pass the source's end of file on to the destination. When the other
@@ -266,10 +284,7 @@ impl<'a, 'p> Direction<'a, 'p> {
             if !eof {
                 if pipe.is_none() {
                     // Idle: hold no pipe until there is something to move.
-                    let Some(ready) = self
-                        .unless_parked(self.wait_readable(taken, &mut lowat))
-                        .await
-                    else {
+                    let Some(ready) = self.readable_unless_parked(taken, &mut lowat).await else {
                         return Ok(Spliced::Parked { pipe, eof });
                     };
                     ready?;
