@@ -122,7 +122,7 @@ impl<'p> Direction<'_, 'p> {
         tokio::select! {
             biased;
             () = self.park.cancelled() => None,
-            r = self.dst.writable() => Some(r),
+            r = std::future::poll_fn(|cx| self.dst.poll_write_ready(cx)) => Some(r),
             r = self.src.ready(Interest::ERROR) => Some(r.and_then(|_| {
                 let e = self.src.take_error()?;
                 Err(e.unwrap_or_else(|| io::ErrorKind::ConnectionReset.into()))

@@ -110,7 +110,7 @@ impl<'p> Direction<'_, 'p> {
                             Ok(0) => eof = true,
                             Ok(n) => end = n,
                             Err(e) if would_block(&e) => {
-                                let readable = std::pin::pin!(self.src.readable());
+                                let readable = std::pin::pin!(self.src_readable());
                                 match self.unless_parked(readable).await {
                                     Some(r) => r?,
                                     None => return Ok(DirEnd::Parked { pipe, eof }),

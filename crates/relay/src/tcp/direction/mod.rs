@@ -185,6 +185,13 @@ impl<'a, 'p> Direction<'a, 'p> {
         self.unless_parked(readable).await
     }
 
+    /// The source readable: what `TcpStream::readable` waits for, without
+    /// that future (152 bytes) in the state of every waiting direction: the
+    /// stream keeps the waker (one task polls both directions).
+    fn src_readable(&self) -> impl std::future::Future<Output = io::Result<()>> + '_ {
+        std::future::poll_fn(move |cx| self.src.poll_read_ready(cx))
+    }
+
     /// Pass the source's end of file on to the destination. When the other
     /// direction has ended already, both sockets are closed as soon as this
     /// one returns, and close(2) sends the FIN: both receive queues were
@@ -405,16 +412,16 @@ impl<'a, 'p> Direction<'a, 'p> {
             *lowat = want;
         }
         if *lowat == 1 {
-            return self.src.readable().await;
+            return self.src_readable().await;
         }
-        match tokio::time::timeout(BULK_TAIL, self.src.readable()).await {
+        match tokio::time::timeout(BULK_TAIL, self.src_readable()).await {
             Ok(r) => r,
             Err(_) => {
                 // The tail of a burst, or the sender slowed down: take what
                 // there is from now on.
                 crate::sockopt::set_rcvlowat(self.src, 1)?;
                 *lowat = 1;
-                self.src.readable().await
+                self.src_readable().await
             }
         }
     }
