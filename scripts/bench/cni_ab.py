@@ -74,7 +74,7 @@ class Journaled:
 def measure(a, under):
     state = tempfile.mkdtemp(prefix="edgelink-cni-ab-", dir=under)
     lab = cni.Lab(pods=16)
-    daemons = []
+    daemon = None
     try:
         cni.setns(cni.NODE)
         # Both binaries run from one directory: where a binary lies was
@@ -84,7 +84,7 @@ def measure(a, under):
             bins.append(os.path.join(state, "edgelink-" + name))
             shutil.copy(path, bins[-1])
         subs = subjects(state, bins[1], bins[0], a.mode)
-        daemons.append(cni.start_daemon(subs[0].conf["stateDir"]))
+        daemon = cni.start_daemon(subs[0].conf["stateDir"])
         res = {s.name: {"ADD": [], "CHECK": [], "DEL": []} for s in subs}
         for r in range(a.rounds):
             k = r % len(subs)
@@ -95,9 +95,9 @@ def measure(a, under):
                 res[s.name]["DEL"].append(dele)
                 time.sleep(a.settle)
     finally:
-        for d in daemons:
-            d.terminate()
-            d.wait(timeout=30)
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=30)
         lab.close()
         shutil.rmtree(state, ignore_errors=True)
     print("%s, %d rounds, state on %s, on %s" % (a.mode, a.rounds, "a journaled ext4 (loop)" if under else "the temp directory", cni.machine()))

@@ -487,8 +487,8 @@ mod tests {
     /// What an idle relayed connection's task holds beside its sockets:
     /// the relay's future and `relay`'s around it. 2.7 KiB since futures
     /// are no longer held twice and the directions wait on the streams'
-    /// own wakers (docs/benchmarks.md, "Issue
-    /// 25, an idle connection"); the bound catches one coming back.
+    /// own wakers (docs/benchmarks.md, "Issue 25, an idle connection");
+    /// the bound catches one coming back.
     #[test]
     fn an_idle_connections_relay_futures_stay_small() {
         runtime().block_on(async {

@@ -41,6 +41,9 @@ fn unable() -> Option<String> {
     {
         return Some("not root".into());
     }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("no loop devices (/dev/loop-control)".into());
+    }
     for tool in ["losetup", "mkfs.ext4", "mount", "umount"] {
         if run(&["sh", "-c", &format!("command -v {tool}")]).is_err() {
             return Some(format!("no {tool}"));
@@ -122,6 +125,21 @@ fn after_cut(copy: &Path, at: &Path, cid: &str) -> (Option<Record>, Vec<String>)
     (record, bad)
 }
 
+/// A work directory with a fresh journaled ext4 image in it (`disk.img`),
+/// or None (the test is skipped, and says why) where this machine cannot
+/// make one.
+fn fresh_disk() -> Option<(tempfile::TempDir, PathBuf)> {
+    if let Some(why) = unable() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let image = work.path().join("disk.img");
+    fs::File::create(&image).unwrap().set_len(16 << 20).unwrap();
+    run(&["mkfs.ext4", "-q", "-F", image.to_str().unwrap()]).unwrap();
+    Some((work, image))
+}
+
 fn record_with_port(cid: &str, port: u16) -> Record {
     let mut r = rec(cid);
     r.forwards[0].port = port;
@@ -130,14 +148,9 @@ fn record_with_port(cid: &str, port: u16) -> Record {
 
 #[test]
 fn a_power_cut_anywhere_in_a_write_leaves_the_old_record_or_the_new_one_whole() {
-    if let Some(why) = unable() {
-        eprintln!("skipped: {why}");
+    let Some((work, image)) = fresh_disk() else {
         return;
-    }
-    let work = tempfile::tempdir().unwrap();
-    let image = work.path().join("disk.img");
-    fs::File::create(&image).unwrap().set_len(16 << 20).unwrap();
-    run(&["mkfs.ext4", "-q", "-F", image.to_str().unwrap()]).unwrap();
+    };
     let mnt = work.path().join("node");
     // (case, the record written, the one it replaces)
     let old = record_with_port("c1", 8080);
@@ -209,14 +222,9 @@ fn a_power_cut_anywhere_in_a_write_leaves_the_old_record_or_the_new_one_whole() 
 
 #[test]
 fn the_power_cut_method_sees_a_write_without_fsync_torn() {
-    if let Some(why) = unable() {
-        eprintln!("skipped: {why}");
+    let Some((work, image)) = fresh_disk() else {
         return;
-    }
-    let work = tempfile::tempdir().unwrap();
-    let image = work.path().join("disk.img");
-    fs::File::create(&image).unwrap().set_len(16 << 20).unwrap();
-    run(&["mkfs.ext4", "-q", "-F", image.to_str().unwrap()]).unwrap();
+    };
     let copy = work.path().join("cut.img");
     {
         let disk = Mounted::new(&image, &work.path().join("node"));
