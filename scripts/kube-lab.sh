@@ -31,7 +31,7 @@ case $cmd in
     else
       "$HERE/build-k8s-modproxy.sh"
       "$HERE/build-deps-current.sh"
-      "$HERE/build-deps.sh" images
+      "$HERE/build-deps.sh" packages images
     fi
     log "build: $((SECONDS - t0)) s"
     ;;
