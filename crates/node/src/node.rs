@@ -64,6 +64,8 @@ pub struct Node {
     pub(crate) malformed: Mutex<Vec<MalformedRecord>>,
     pub(crate) reclaimer: Reclaimer,
     pub last_reconcile: AtomicU64,
+    /// How long the last pass took (µs).
+    pub last_pass_micros: AtomicU64,
     /// Links the plugin's DEL retired and this daemon deleted.
     pub reaped: AtomicU64,
     /// Upstream TCP sockets taken ready from a `--socket-pool`.
@@ -119,6 +121,7 @@ impl Node {
             malformed: Mutex::new(Vec::new()),
             reclaimer,
             last_reconcile: AtomicU64::new(0),
+            last_pass_micros: AtomicU64::new(0),
             reaped: AtomicU64::new(0),
             pool_taken: Arc::new(AtomicU64::new(0)),
             draining: AtomicBool::new(false),

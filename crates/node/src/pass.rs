@@ -68,6 +68,7 @@ impl Node {
     /// One pass: make the served set equal to the records on disk.
     pub async fn reconcile(self: &Arc<Self>) {
         let _pass = self.pass.lock().await;
+        let t0 = std::time::Instant::now();
         let store = RecordStore::new(&self.settings.state_dir);
         let Some(Listing {
             mut records,
@@ -101,6 +102,8 @@ impl Node {
         self.reclaimer.gc_reservations();
         changed |= self.check_conntrack();
         self.last_reconcile.store(now(), Ordering::Relaxed);
+        self.last_pass_micros
+            .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
         if changed {
             self.changed();
         }

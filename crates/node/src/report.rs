@@ -81,6 +81,7 @@ impl Source for Node {
         Gauges {
             socket_pool_taken: self.pool_taken.load(Ordering::Relaxed),
             pipes_in_use: self.pipes.stats().in_use as i64,
+            last_pass_seconds: self.last_pass_micros.load(Ordering::Relaxed) as f64 / 1e6,
         }
     }
 

@@ -76,6 +76,7 @@ async fn beat(
     tok: Option<String>,
 ) -> Result<(u16, Bytes), String> {
     sender.ready().await.map_err(|e| e.to_string())?;
+    crate::sent::HEARTBEATS.add(body.len());
     let mut req = Request::post(path)
         .header("host", format!("{}:{}", url.host, url.port))
         .header("content-type", "application/json");

@@ -18,6 +18,7 @@ pub mod heartbeat;
 pub mod http;
 pub mod metrics;
 mod model;
+pub mod sent;
 pub mod table;
 pub mod webhook;
 
@@ -50,12 +51,14 @@ pub struct Health {
 }
 
 /// The node's own gauges, not per forward.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Gauges {
     /// Upstream TCP sockets taken ready from the `--socket-pool`.
     pub socket_pool_taken: u64,
     /// Splice pipes holding data in flight.
     pub pipes_in_use: i64,
+    /// How long the last reconcile pass took, in seconds.
+    pub last_pass_seconds: f64,
 }
 
 /// What the status surface's own work can fail with.

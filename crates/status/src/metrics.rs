@@ -336,11 +336,12 @@ fn register_virtual(reg: &mut Registry, status: &Status) {
 enum Figure {
     Gauge(i64),
     Counter(u64),
+    Seconds(f64),
 }
 
 /// The node's own series, and the binary's build.
 fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str) {
-    use Figure::{Counter as C, Gauge as G};
+    use Figure::{Counter as C, Gauge as G, Seconds as S};
     let figures = [
         (
             "attachments",
@@ -387,6 +388,31 @@ fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str
             "Splice pipes holding data in flight",
             G(node.pipes_in_use),
         ),
+        (
+            "reconcile_pass_seconds",
+            "How long the last reconcile pass took (every record listed, each attachment checked)",
+            S(node.last_pass_seconds),
+        ),
+        (
+            "webhook_reports",
+            "Status reports posted to the webhook (edgelink-operator)",
+            C(crate::sent::REPORTS.get().0),
+        ),
+        (
+            "webhook_report_bytes",
+            "Body bytes of the status reports posted",
+            C(crate::sent::REPORTS.get().1),
+        ),
+        (
+            "webhook_heartbeats",
+            "Heartbeats posted beside the webhook",
+            C(crate::sent::HEARTBEATS.get().0),
+        ),
+        (
+            "webhook_heartbeat_bytes",
+            "Body bytes of the heartbeats posted",
+            C(crate::sent::HEARTBEATS.get().1),
+        ),
     ];
     for (name, help, v) in figures {
         match v {
@@ -399,6 +425,11 @@ fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str
                 let c: Counter = Counter::default();
                 c.inc_by(v);
                 reg.register(name, help, c);
+            }
+            S(v) => {
+                let g: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+                g.set(v);
+                reg.register(name, help, g);
             }
         }
     }

@@ -298,6 +298,7 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
         let status = d.status();
         let sent = signature(&status);
         let body = serde_json::to_vec(&status).unwrap_or_default();
+        crate::sent::REPORTS.add(body.len());
         let outcome = match token(&token_file) {
             Ok(t) => post(&target, body, t).await,
             Err(e) => Err(format!("the token: {e}")),

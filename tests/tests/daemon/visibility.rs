@@ -121,6 +121,10 @@ fn metrics_and_status_show_the_traffic_that_was_sent() {
     assert_eq!(m("edgelink_target_reachable", "api"), 1.0);
     assert_eq!(m("edgelink_target_reachable", "sink"), -1.0);
     assert_eq!(l.metric_plain("edgelink_attachments"), 1.0);
+    // A pass has run (the attachment is served): it took some time, and
+    // far less than a second on a node of one attachment.
+    let pass = l.metric_plain("edgelink_reconcile_pass_seconds");
+    assert!(pass > 0.0 && pass < 1.0, "reconcile_pass_seconds {pass}");
     let api_line = text
         .lines()
         .find(|x| x.starts_with("edgelink_connections_total{") && x.contains("forward=\"api\""))
@@ -615,5 +619,20 @@ fn the_status_webhook_posts_at_least_every_interval_without_changes() {
     assert!(
         (3..=8).contains(&n),
         "{n} POSTs in 5 s at --status-webhook-interval 1"
+    );
+    // /metrics counts what was sent: at least the posts received, each
+    // with a body (the received bodies' bytes at least).
+    let got = rx.got.lock().unwrap().clone();
+    let posts = l.metric_plain("edgelink_webhook_reports_total");
+    let bytes = l.metric_plain("edgelink_webhook_report_bytes_total");
+    let received: usize = got.iter().map(|(_, body)| body.len()).sum();
+    assert!(
+        posts >= got.len() as f64,
+        "{posts} posts counted, {} received",
+        got.len()
+    );
+    assert!(
+        bytes >= received as f64,
+        "{bytes} bytes counted, {received} received"
     );
 }
