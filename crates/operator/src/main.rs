@@ -224,12 +224,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "--webhook-token-file is ignored: reports are taken with edgelinkd's ServiceAccount token only (docs/operator.md, Upgrading)"
         );
     }
-    let client = kube::Client::try_default()
+    let metrics = Arc::new(Metrics::new());
+    let config = kube::Config::infer()
         .await
         .context("no Kubernetes API: not in a pod, and no $KUBECONFIG or ~/.kube/config")?;
+    // Every request counted (edgelink_operator_api_requests_total).
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("a client for the Kubernetes API")?
+        .with_layer(&run::requests::Counting::new(metrics.api_requests.clone()))
+        .build();
     preflight(&client).await?;
 
-    let metrics = Arc::new(Metrics::new());
     let (reports, triggers) = Reports::new(args.node_lost_after, args.report_stale_after);
     let reports = Arc::new(reports);
     tokio::spawn(run::reports::watchdog(reports.clone()));
@@ -305,6 +310,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // 10 s, and may be taken as lost meanwhile if another node serves.
     let fresh_for = Duration::from_secs(6).max(args.node_lost_after * 4);
     app.reports.leading(fresh_for);
+    let (caches, writers) = run::caches::Caches::new();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         settings: ProxyPodSettings {
@@ -320,6 +326,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         fresh_for,
         cluster_domain: args.cluster_domain.clone(),
         devices: std::sync::OnceLock::new(),
+        caches,
         recorder: kube::runtime::events::Recorder::new(
             client.clone(),
             kube::runtime::events::Reporter {
@@ -332,6 +339,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run::controller::run(
         ctx,
+        writers,
         triggers,
         app.clone(),
         async move {

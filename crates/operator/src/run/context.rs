@@ -1,5 +1,6 @@
 //! What every step of a Device's reconcile is given ([`Ctx`]: the client,
-//! the proxy pods' settings, the nodes' reports, the metrics, the timing)
+//! the proxy pods' settings, the nodes' reports, the caches, the metrics,
+//! the timing)
 //! and the one way it fails ([`Error`]: an API call, named).
 
 use crate::run::grants::Holds;
@@ -51,4 +52,6 @@ pub struct Ctx {
     /// other Devices a virtual address must not clash with.
     pub devices:
         std::sync::OnceLock<kube::runtime::reflector::Store<edgelink_operator::crd::Device>>,
+    /// What a reconcile reads instead of asking the API.
+    pub caches: crate::run::caches::Caches,
 }

@@ -23,6 +23,7 @@
 //! report changes its proxy's states, and when a node goes silent or is
 //! heard again.
 
+use crate::run::caches::reflected;
 use crate::run::context::{kube_err, Ctx, Error};
 use crate::run::make::{make, Made};
 use crate::run::metrics::{Outcome, Reason};
@@ -73,8 +74,9 @@ fn verdict(status: &'static str, reason: &'static str, message: impl Into<String
 
 pub async fn reconcile(d: Arc<Device>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let t0 = Instant::now();
-    let r = reconcile_inner(&d, &ctx).await;
+    let (r, requests) = crate::run::requests::counted(reconcile_inner(&d, &ctx)).await;
     ctx.metrics.duration.observe(t0.elapsed().as_secs_f64());
+    ctx.metrics.reconcile_requests.observe(requests as f64);
     match &r {
         Ok((_, outcome)) => {
             ctx.metrics
@@ -107,6 +109,9 @@ pub async fn reconcile(d: Arc<Device>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str), Error> {
     if d.metadata.deletion_timestamp.is_some() {
         ctx.holds.forget(&crate::run::grants::key(d));
+        ctx.caches
+            .applied
+            .forget(&d.namespace().unwrap_or_default(), &d.name_any());
         // The garbage collector deletes what it owns.
         return Ok((Action::await_change(), "deleting"));
     }
@@ -334,6 +339,7 @@ pub fn error_policy(d: Arc<Device>, e: &Error, _ctx: Arc<Ctx>) -> Action {
 /// Run the controller until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Ctx>,
+    writers: crate::run::caches::Writers,
     triggers: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Device>>,
     synced: Arc<crate::run::server::App>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -351,28 +357,38 @@ pub async fn run(
             tracing::warn!(error = %e, "listing Devices failed: not ready until the controller's watch works")
         }
     }
-    let managed =
-        watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"));
+    let managed = crate::run::caches::managed();
+    crate::run::caches::keep_nodes(client.clone(), writers.nodes);
     let controller = Controller::new(devices, watcher::Config::default())
-        .owns(
+        .owns_stream(reflected(
             Api::<NetworkAttachmentDefinition>::all(client.clone()),
             managed.clone(),
-        )
-        .owns(Api::<StatefulSet>::all(client.clone()), managed.clone())
-        .owns(Api::<Service>::all(client.clone()), managed.clone())
-        .watches(Api::<Pod>::all(client.clone()), managed, |p: Pod| {
-            let ns = p.namespace();
-            p.labels()
-                .get(DEVICE_LABEL)
-                .cloned()
-                .map(|d| ObjectRef::new(&d).within(&ns.unwrap_or_default()))
-        });
+            writers.nads,
+        ))
+        .owns_stream(reflected(
+            Api::<StatefulSet>::all(client.clone()),
+            managed.clone(),
+            writers.statefulsets,
+        ))
+        .watches_stream(
+            reflected(Api::<Pod>::all(client.clone()), managed, writers.pods),
+            |p: Pod| {
+                let ns = p.namespace();
+                p.labels()
+                    .get(DEVICE_LABEL)
+                    .cloned()
+                    .map(|d| ObjectRef::new(&d).within(&ns.unwrap_or_default()))
+            },
+        );
     let store = controller.store();
     let _ = ctx.devices.set(store.clone());
     let controller = controller
-        .watches(
-            Api::<EdgeNetwork>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            reflected(
+                Api::<EdgeNetwork>::all(client.clone()),
+                watcher::Config::default(),
+                writers.networks,
+            ),
             {
                 let store = store.clone();
                 move |n: EdgeNetwork| {
@@ -386,12 +402,21 @@ pub async fn run(
                 }
             },
         )
-        .watches(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default(),
+        // Every Service: a Device's own (owned: its owner's reconcile) and
+        // those reverse entries name.
+        .watches_stream(
+            reflected(
+                Api::<Service>::all(client.clone()),
+                watcher::Config::default(),
+                writers.services,
+            ),
             {
                 let store = store.clone();
-                move |s: Service| crate::run::services::devices_naming(&s, store.state())
+                move |s: Service| {
+                    let mut to = crate::run::services::devices_naming(&s, store.state());
+                    to.extend(owner_device(&s));
+                    to
+                }
             },
         )
         .reconcile_on(tokio_stream_from(triggers))
@@ -405,6 +430,16 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// The Device that controls `s`, when one does (an owned Service's
+/// change reconciles its owner).
+fn owner_device(s: &Service) -> Option<ObjectRef<Device>> {
+    let o = s
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "Device")?;
+    Some(ObjectRef::new(&o.name).within(&s.namespace().unwrap_or_default()))
 }
 
 fn tokio_stream_from<T: Send + 'static>(

@@ -4,6 +4,7 @@
 //! node (deleting those of nodes it left), or say why not. It never writes the Device's status (the controller does),
 //! and never touches an object of the Device's name it does not own.
 
+use crate::run::caches;
 use crate::run::context::{kube_err, Ctx, Error};
 use edgelink_operator::crd::{Device, EdgeNetwork, NetworkAttachmentDefinition, MAX_NODES};
 use edgelink_operator::render::{self, DEVICE_LABEL, MANAGER};
@@ -11,7 +12,8 @@ use edgelink_operator::reverse::Resolved;
 use edgelink_operator::validate;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -39,7 +41,7 @@ fn not_applied(
 /// Find the nodes: `nodeName`, `nodes` (each must exist), or the nodes
 /// `nodeSelector` selects (sorted by name, 16 at most).
 async fn resolve_nodes(ctx: &Ctx, d: &Device) -> Result<Result<Vec<String>, NotApplied>, Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
     let named: Vec<String> = match &d.spec.node_name {
         Some(n) => vec![n.clone()],
         None => d.spec.nodes.clone(),
@@ -47,10 +49,8 @@ async fn resolve_nodes(ctx: &Ctx, d: &Device) -> Result<Result<Vec<String>, NotA
     if !named.is_empty() {
         let mut missing = Vec::new();
         for n in &named {
-            if nodes
-                .get_opt(n)
-                .await
-                .map_err(kube_err(format!("get node {n}")))?
+            if caches::get(&ctx.caches.nodes, &nodes, "node", "", n)
+                .await?
                 .is_none()
             {
                 missing.push(n.as_str());
@@ -76,12 +76,7 @@ async fn resolve_nodes(ctx: &Ctx, d: &Device) -> Result<Result<Vec<String>, NotA
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let list = nodes
-        .list(&ListParams::default().labels(&expr))
-        .await
-        .map_err(kube_err(format!("list nodes {expr}")))?;
-    let mut names: Vec<String> = list.items.iter().map(|n| n.name_any()).collect();
-    names.sort();
+    let names = caches::nodes_selected(&ctx.caches, &ctx.client, &sel).await?;
     Ok(match names.len() {
         0 => Err(not_applied(
             "NoNodeSelected",
@@ -109,8 +104,11 @@ fn owned_by(meta: &kube::api::ObjectMeta, d: &Device) -> bool {
         .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
 }
 
-/// `None` when `name` is free or ours; else who holds it.
+/// `None` when `name` is free or ours; else who holds it. `cached`: the
+/// operator's own objects of that kind; a name not among them (or not
+/// ours) is asked of the API, which sees everybody's.
 async fn conflict<K>(
+    cached: &Store<K>,
     api: &Api<K>,
     kind: &str,
     name: &str,
@@ -118,8 +116,15 @@ async fn conflict<K>(
     d: &Device,
 ) -> Result<Option<String>, Error>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
+    if caches::ready(cached)
+        && cached
+            .get(&ObjectRef::new(name).within(ns))
+            .is_some_and(|o| owned_by(o.meta(), d))
+    {
+        return Ok(None);
+    }
     let found = api
         .get_opt(name)
         .await
@@ -151,16 +156,38 @@ where
     }))
 }
 
-async fn apply<K>(api: &Api<K>, obj: &K, name: &str) -> Result<(), Error>
+/// Apply `obj`, unless its cached copy is what the last apply of this
+/// same content returned (nobody changed it since).
+async fn apply<K>(
+    ctx: &Ctx,
+    cached: &Store<K>,
+    api: &Api<K>,
+    obj: &K,
+    name: &str,
+) -> Result<(), Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
 {
     let mut v = serde_json::to_value(obj).expect("objects serialise");
     v["apiVersion"] = K::api_version(&()).into_owned().into();
     v["kind"] = K::kind(&()).into_owned().into();
-    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(v))
+    let ns = obj.meta().namespace.clone().unwrap_or_default();
+    let key = (K::kind(&()).into_owned(), ns.clone(), name.to_string());
+    let hash = caches::content_hash(&v);
+    let now = cached.get(&ObjectRef::new(name).within(&ns));
+    let rv = now
+        .as_ref()
+        .and_then(|o| o.meta().resource_version.as_deref());
+    if ctx.caches.applied.unchanged(&key, hash, rv) {
+        return Ok(());
+    }
+    let out = api
+        .patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(v))
         .await
         .map_err(kube_err(format!("apply {} {name}", K::kind(&()))))?;
+    ctx.caches
+        .applied
+        .record(key, hash, out.meta().resource_version.clone());
     Ok(())
 }
 
@@ -180,11 +207,15 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
         return Ok(Err(not_applied("InvalidSpec", "invalid", e.to_string())));
     }
     let nets: Api<EdgeNetwork> = Api::all(ctx.client.clone());
-    let Some(net) = nets
-        .get_opt(&d.spec.network)
-        .await
-        .map_err(kube_err(format!("get EdgeNetwork {}", d.spec.network)))?
-    else {
+    let found = caches::get(
+        &ctx.caches.networks,
+        &nets,
+        "EdgeNetwork",
+        "",
+        &d.spec.network,
+    )
+    .await?;
+    let Some(net) = found else {
         return Ok(Err(not_applied(
             "NetworkNotFound",
             "invalid",
@@ -222,7 +253,7 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
             vip.join("; "),
         )));
     }
-    let services = crate::run::services::lookup(&ctx.client, d).await?;
+    let services = crate::run::services::lookup(ctx, d).await?;
     let reverse = edgelink_operator::reverse::resolve(d, &services, &ctx.cluster_domain);
     for node in &nodes {
         let placed = validate::placement(d, &net, node)
@@ -239,12 +270,13 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
     let nads: Api<NetworkAttachmentDefinition> = Api::namespaced(ctx.client.clone(), &ns);
     let stss: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
     let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    let c = &ctx.caches;
     let mut conflicts = Vec::new();
-    conflicts.extend(conflict(&nads, "NetworkAttachmentDefinition", &name, &ns, d).await?);
+    conflicts.extend(conflict(&c.nads, &nads, "NetworkAttachmentDefinition", &name, &ns, d).await?);
     for p in &r.proxies {
-        conflicts.extend(conflict(&stss, "StatefulSet", &p.name, &ns, d).await?);
+        conflicts.extend(conflict(&c.statefulsets, &stss, "StatefulSet", &p.name, &ns, d).await?);
     }
-    conflicts.extend(conflict(&svcs, "Service", &name, &ns, d).await?);
+    conflicts.extend(conflict(&c.services, &svcs, "Service", &name, &ns, d).await?);
     if !conflicts.is_empty() {
         return Ok(Err(not_applied(
             "Conflict",
@@ -256,13 +288,13 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
         )));
     }
     // The NAD first: the pods' ADD reads it.
-    apply(&nads, &r.nad, &name).await?;
-    apply(&svcs, &r.service, &name).await?;
+    apply(ctx, &c.nads, &nads, &r.nad, &name).await?;
+    apply(ctx, &c.services, &svcs, &r.service, &name).await?;
     for p in &r.proxies {
-        apply(&stss, &p.statefulset, &p.name).await?;
+        apply(ctx, &c.statefulsets, &stss, &p.statefulset, &p.name).await?;
     }
     let keep: Vec<&str> = r.proxies.iter().map(|p| p.name.as_str()).collect();
-    prune(&stss, d, &keep).await?;
+    prune(ctx, &stss, d, &keep).await?;
     Ok(Ok(Made {
         proxies: r.proxies.into_iter().map(|p| (p.node, p.name)).collect(),
         reverse,
@@ -271,15 +303,27 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
 
 /// Delete the StatefulSets of `d` that are not `keep` (a node the Device
 /// left, or the single-node name after a second node came).
-async fn prune(stss: &Api<StatefulSet>, d: &Device, keep: &[&str]) -> Result<(), Error> {
-    let list = stss
-        .list(&ListParams::default().labels(&format!("{DEVICE_LABEL}={}", d.name_any())))
-        .await
-        .map_err(kube_err(format!(
-            "list StatefulSets of Device {}",
-            d.name_any()
-        )))?;
-    for s in list.items {
+async fn prune(ctx: &Ctx, stss: &Api<StatefulSet>, d: &Device, keep: &[&str]) -> Result<(), Error> {
+    let device = d.name_any();
+    let ns = d.namespace().unwrap_or_default();
+    let cached = &ctx.caches.statefulsets;
+    let list: Vec<StatefulSet> = if caches::ready(cached) {
+        cached
+            .state()
+            .iter()
+            .filter(|s| {
+                s.namespace().as_deref() == Some(ns.as_str())
+                    && s.labels().get(DEVICE_LABEL) == Some(&device)
+            })
+            .map(|s| (**s).clone())
+            .collect()
+    } else {
+        stss.list(&ListParams::default().labels(&format!("{DEVICE_LABEL}={device}")))
+            .await
+            .map_err(kube_err(format!("list StatefulSets of Device {device}")))?
+            .items
+    };
+    for s in list {
         let n = s.name_any();
         if keep.contains(&n.as_str()) || !owned_by(s.meta(), d) {
             continue;

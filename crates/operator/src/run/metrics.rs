@@ -3,7 +3,9 @@
 //! reports and heartbeats taken, whether this replica leads, and per
 //! Device and node whether the node reaches the device, its transitions,
 //! and what the operator did about them (readiness gates set, pods of
-//! lost nodes marked not Ready, virtual addresses moved).
+//! lost nodes marked not Ready, virtual addresses moved), and the API
+//! requests made: by verb and resource, and per reconcile and per report
+//! (`run::requests`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -61,6 +63,19 @@ pub struct Metrics {
     pub marked_not_ready: Counter,
     /// A Device's virtual address taken by another proxy.
     pub vip_moves: Family<DeviceKey, Counter>,
+    /// Every request to the API server, by verb and resource.
+    pub api_requests: Family<crate::run::requests::ApiRequest, Counter>,
+    /// API requests made by one reconcile.
+    pub reconcile_requests: Histogram,
+    /// API requests made while taking one report or heartbeat.
+    pub report_requests: Histogram,
+    /// Devices a report asked to reconcile (its proxies' states changed).
+    pub report_triggers: Counter,
+}
+
+/// Buckets for a count of API requests.
+fn request_buckets() -> Histogram {
+    Histogram::new([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
 }
 
 impl Metrics {
@@ -81,6 +96,10 @@ impl Metrics {
             gates_set: Counter::default(),
             marked_not_ready: Counter::default(),
             vip_moves: Family::default(),
+            api_requests: Family::default(),
+            reconcile_requests: request_buckets(),
+            report_requests: request_buckets(),
+            report_triggers: Counter::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -143,6 +162,26 @@ impl Metrics {
                 "virtual_address_moves",
                 "A Device's virtual address granted to another proxy pod",
                 m.vip_moves.clone(),
+            );
+            r.register(
+                "api_requests",
+                "Requests to the API server, by verb and resource",
+                m.api_requests.clone(),
+            );
+            r.register(
+                "reconcile_api_requests",
+                "API requests made by one reconcile (a Device left alone: none)",
+                m.reconcile_requests.clone(),
+            );
+            r.register(
+                "report_api_requests",
+                "API requests made while taking one report or heartbeat",
+                m.report_requests.clone(),
+            );
+            r.register(
+                "report_triggered_reconciles",
+                "Devices a report asked to reconcile (a report that changes nothing asks none)",
+                m.report_triggers.clone(),
             );
         }
         m

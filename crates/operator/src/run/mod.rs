@@ -1,9 +1,12 @@
 //! The running operator (only the binary uses these): the controller, the
 //! reports edgelinkd posts and who sent them, leader election, the HTTP
 //! endpoint, the Services reverse entries name, and the grants of the
-//! Devices' virtual addresses (`holds`).
+//! Devices' virtual addresses (`holds`), the caches a reconcile reads
+//! instead of the API (`caches`) and the count of API requests
+//! (`requests`).
 
 pub mod auth;
+pub mod caches;
 pub mod consumers;
 pub mod context;
 pub mod controller;
@@ -14,5 +17,8 @@ pub mod make;
 pub mod metrics;
 pub mod proxies;
 pub mod reports;
+pub mod requests;
 pub mod server;
 pub mod services;
+#[cfg(test)]
+mod steady;

@@ -12,6 +12,7 @@
 //! lives, and a lost node's pod gets Ready False from the operator as the
 //! node lifecycle controller would give it, ~40 s later.
 
+use crate::run::caches;
 use crate::run::context::{kube_err, Ctx, Error};
 use crate::run::metrics::{DeviceNode, Transition};
 use edgelink_operator::crd::{Device, DeviceStatus};
@@ -57,13 +58,19 @@ pub fn facts_of(pod: &Pod) -> PodFacts {
     }
 }
 
-/// The proxy pod `name`, if it is the Device's.
-async fn proxy_pod(pods: &Api<Pod>, name: &str, device: &str) -> Result<Option<Pod>, Error> {
-    Ok(pods
-        .get_opt(name)
-        .await
-        .map_err(kube_err(format!("get pod {name}")))?
-        .filter(|p| p.labels().get(DEVICE_LABEL).map(String::as_str) == Some(device)))
+/// The proxy pod `name`, if it is the Device's (from the cache of the
+/// operator's pods, once it has listed).
+async fn proxy_pod(
+    ctx: &Ctx,
+    pods: &Api<Pod>,
+    ns: &str,
+    name: &str,
+    device: &str,
+) -> Result<Option<Pod>, Error> {
+    Ok(caches::get(&ctx.caches.pods, pods, "pod", ns, name)
+        .await?
+        .filter(|p| p.labels().get(DEVICE_LABEL).map(String::as_str) == Some(device))
+        .map(|p| (*p).clone()))
 }
 
 /// A pod condition as a strategic-merge patch of the pod's status sets it.
@@ -132,7 +139,7 @@ pub async fn observe(
     for (node, sts) in proxies {
         let pod_name = render::pod_name(sts);
         ctx.reports.register(&ns, &pod_name, &device);
-        let pod = proxy_pod(&pods, &pod_name, &device).await?;
+        let pod = proxy_pod(ctx, &pods, &ns, &pod_name, &device).await?;
         let heard = ctx.reports.heard_state(node);
         facts.push((node, pod_name, pod, heard));
     }

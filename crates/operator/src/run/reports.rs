@@ -121,7 +121,8 @@ impl Reports {
         known.or_else(|| device_of(pod).map(str::to_string))
     }
 
-    fn trigger_pods<'a>(&self, pods: impl IntoIterator<Item = &'a (String, String)>) {
+    /// Ask for the reconcile of the Devices of `pods`; how many.
+    fn trigger_pods<'a>(&self, pods: impl IntoIterator<Item = &'a (String, String)>) -> usize {
         let mut sent = HashSet::new();
         for (ns, pod) in pods {
             if let Some(d) = self.device_of(ns, pod) {
@@ -130,6 +131,7 @@ impl Reports {
                 }
             }
         }
+        sent.len()
     }
 
     /// Node `node` was heard: a report (`every` None) or a heartbeat that
@@ -225,8 +227,8 @@ impl Reports {
     }
 
     /// Take a node's report; ask for the reconcile of each Device whose
-    /// proxy's state changed (or appeared, or went).
-    pub fn put(&self, report: NodeReport) {
+    /// proxy's state changed (or appeared, or went); how many were asked.
+    pub fn put(&self, report: NodeReport) -> usize {
         let mut now_states = HashMap::new();
         for a in &report.attachments {
             let (Some(ns), Some(pod)) = (&a.pod_namespace, &a.pod_name) else {
@@ -268,7 +270,7 @@ impl Reports {
                     at: SystemTime::now(),
                 },
             );
-        self.trigger_pods(changed);
+        self.trigger_pods(changed)
     }
 }
 

@@ -131,7 +131,8 @@ async fn take_report(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>>
             }
             app.metrics.reports.inc();
             tracing::debug!(node = %r.node, attachments = r.attachments.len(), "status report");
-            app.reports.put(r);
+            let asked = app.reports.put(r);
+            app.metrics.report_triggers.inc_by(asked as u64);
             reply(StatusCode::NO_CONTENT, "")
         }
         Ok(_) => {
@@ -237,9 +238,17 @@ async fn handle(
             )
             .body(Full::new(Bytes::from(app.metrics.render())))
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))),
-        (Method::POST, "/v1/status") => take_report(&app, req).await,
+        (Method::POST, "/v1/status") => {
+            let (r, n) = crate::run::requests::counted(take_report(&app, req)).await;
+            app.metrics.report_requests.observe(n as f64);
+            r
+        }
         (_, "/v1/status") => reply(StatusCode::METHOD_NOT_ALLOWED, "POST only\n"),
-        (Method::POST, "/v1/heartbeat") => take_heartbeat(&app, req).await,
+        (Method::POST, "/v1/heartbeat") => {
+            let (r, n) = crate::run::requests::counted(take_heartbeat(&app, req)).await;
+            app.metrics.report_requests.observe(n as f64);
+            r
+        }
         (_, "/v1/heartbeat") => reply(StatusCode::METHOD_NOT_ALLOWED, "POST only\n"),
         _ => reply(
             StatusCode::NOT_FOUND,

@@ -1,0 +1,267 @@
+//! What a reconcile reads, kept by watches instead of fetched: the
+//! EdgeNetworks, the nodes (their names and labels), every Service (the
+//! reverse entries may name any, and a Device's own), and the objects the
+//! operator made (NADs, StatefulSets, proxy pods). A Device left alone
+//! is reconciled from these with no API read; the API is asked only
+//! before a cache has listed once, and where a cache cannot answer: a name
+//! the operator's caches do not hold may be held by somebody else's
+//! object, which a conflict check must see.
+//!
+//! [`Applied`] remembers what was last applied: an object whose cached
+//! copy is still the one the last apply returned, with the same rendered
+//! content, is not applied again.
+
+use crate::run::context::{kube_err, Error};
+use edgelink_operator::crd::{EdgeNetwork, NetworkAttachmentDefinition};
+use edgelink_operator::render::MANAGER;
+use futures_util::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::api::{Api, ListParams, PartialObjectMeta};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+/// The readers, for the reconciles.
+#[derive(Clone)]
+pub struct Caches {
+    pub networks: Store<EdgeNetwork>,
+    pub nodes: Store<PartialObjectMeta<Node>>,
+    pub services: Store<Service>,
+    pub nads: Store<NetworkAttachmentDefinition>,
+    pub statefulsets: Store<StatefulSet>,
+    pub pods: Store<Pod>,
+    pub applied: Arc<Applied>,
+}
+
+/// The writers, for the watches (`run::controller::run`).
+pub struct Writers {
+    pub networks: Writer<EdgeNetwork>,
+    pub nodes: Writer<PartialObjectMeta<Node>>,
+    pub services: Writer<Service>,
+    pub nads: Writer<NetworkAttachmentDefinition>,
+    pub statefulsets: Writer<StatefulSet>,
+    pub pods: Writer<Pod>,
+}
+
+impl Caches {
+    pub fn new() -> (Caches, Writers) {
+        let (networks, wn) = reflector::store();
+        let (nodes, wno) = reflector::store();
+        let (services, ws) = reflector::store();
+        let (nads, wna) = reflector::store();
+        let (statefulsets, wst) = reflector::store();
+        let (pods, wp) = reflector::store();
+        (
+            Caches {
+                networks,
+                nodes,
+                services,
+                nads,
+                statefulsets,
+                pods,
+                applied: Arc::new(Applied::default()),
+            },
+            Writers {
+                networks: wn,
+                nodes: wno,
+                services: ws,
+                nads: wna,
+                statefulsets: wst,
+                pods: wp,
+            },
+        )
+    }
+}
+
+/// The label the operator puts on everything it makes.
+pub fn managed() -> watcher::Config {
+    watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"))
+}
+
+/// A watch of `api` that keeps `writer`'s store (without managedFields:
+/// nothing here reads them, and they are half of a small object), as the
+/// objects it touched.
+pub fn reflected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .touched_objects()
+}
+
+/// Keep the nodes' store (names and labels) until the process ends.
+pub fn keep_nodes(client: Client, writer: Writer<PartialObjectMeta<Node>>) {
+    let s = reflected(
+        Api::<PartialObjectMeta<Node>>::all(client),
+        watcher::Config::default(),
+        writer,
+    );
+    tokio::spawn(s.for_each(|_| std::future::ready(())));
+}
+
+/// Whether the store has listed once (its answers are the cluster's).
+pub fn ready<K: Resource + Clone>(s: &Store<K>) -> bool
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    s.wait_until_ready()
+        .now_or_never()
+        .is_some_and(|r| r.is_ok())
+}
+
+/// `name` in namespace `ns` ("" for a cluster object), from the store
+/// once it has listed, else from the API.
+pub async fn get<K>(
+    store: &Store<K>,
+    api: &Api<K>,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Arc<K>>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    if ready(store) {
+        let key = if ns.is_empty() {
+            ObjectRef::new(name)
+        } else {
+            ObjectRef::new(name).within(ns)
+        };
+        return Ok(store.get(&key));
+    }
+    Ok(api
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get {kind} {name}")))?
+        .map(Arc::new))
+}
+
+/// The names of the nodes whose labels hold all of `sel`, sorted.
+pub async fn nodes_selected(
+    c: &Caches,
+    client: &Client,
+    sel: &BTreeMap<String, String>,
+) -> Result<Vec<String>, Error> {
+    let matches =
+        |labels: &BTreeMap<String, String>| sel.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let mut names: Vec<String> = if ready(&c.nodes) {
+        c.nodes
+            .state()
+            .iter()
+            .filter(|n| matches(n.labels()))
+            .map(|n| n.name_any())
+            .collect()
+    } else {
+        let expr = sel
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        Api::<Node>::all(client.clone())
+            .list_metadata(&ListParams::default().labels(&expr))
+            .await
+            .map_err(kube_err(format!("list nodes {expr}")))?
+            .items
+            .iter()
+            .map(|n| n.name_any())
+            .collect()
+    };
+    names.sort();
+    Ok(names)
+}
+
+/// What each object was last applied as: (kind, namespace, name) → the
+/// hash of the rendered object and the resourceVersion the apply returned.
+#[derive(Default)]
+pub struct Applied(Mutex<HashMap<(String, String, String), (u64, String)>>);
+
+/// A hash of the rendered object (its JSON).
+pub fn content_hash(v: &serde_json::Value) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    h.finish()
+}
+
+impl Applied {
+    /// Whether `cached_rv` is the version our last apply of this content
+    /// returned: then nobody changed it since, and applying it again would
+    /// change nothing.
+    pub fn unchanged(
+        &self,
+        key: &(String, String, String),
+        hash: u64,
+        cached_rv: Option<&str>,
+    ) -> bool {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match (m.get(key), cached_rv) {
+            (Some((h, rv)), Some(c)) => *h == hash && rv == c,
+            _ => false,
+        }
+    }
+
+    pub fn record(&self, key: (String, String, String), hash: u64, rv: Option<String>) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match rv {
+            Some(rv) => {
+                m.insert(key, (hash, rv));
+            }
+            None => {
+                m.remove(&key);
+            }
+        }
+    }
+
+    /// Forget the objects of a Device being deleted: its name and the
+    /// names it prefixes (another Device's caught by the prefix is only
+    /// applied once more).
+    pub fn forget(&self, ns: &str, name: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|(_, n, o), _| !(n == ns && (o == name || o.starts_with(&format!("{name}-")))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: &str) -> (String, String, String) {
+        ("StatefulSet".into(), "hil".into(), n.into())
+    }
+
+    #[test]
+    fn an_object_is_applied_again_when_its_content_or_its_version_moved() {
+        let a = Applied::default();
+        let v = serde_json::json!({"spec": {"replicas": 1}});
+        let h = content_hash(&v);
+        assert!(!a.unchanged(&key("d1"), h, Some("7")), "never applied");
+        a.record(key("d1"), h, Some("7".into()));
+        assert!(a.unchanged(&key("d1"), h, Some("7")));
+        assert!(
+            !a.unchanged(&key("d1"), h, Some("8")),
+            "somebody changed it"
+        );
+        assert!(!a.unchanged(&key("d1"), h, None), "not cached: gone?");
+        let h2 = content_hash(&serde_json::json!({"spec": {"replicas": 2}}));
+        assert!(!a.unchanged(&key("d1"), h2, Some("7")), "new content");
+        a.record(key("d1-kedge2"), h, Some("9".into()));
+        a.record(key("d10"), h, Some("9".into()));
+        a.forget("hil", "d1");
+        assert!(!a.unchanged(&key("d1"), h, Some("7")));
+        assert!(!a.unchanged(&key("d1-kedge2"), h, Some("9")));
+        assert!(a.unchanged(&key("d10"), h, Some("9")), "another Device's");
+    }
+}
