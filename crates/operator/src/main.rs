@@ -157,6 +157,17 @@ struct RunArgs {
     /// Reconcile every Device at least this often (seconds).
     #[arg(long, default_value = "30", value_parser = secs)]
     resync: Duration,
+    /// Write a Device's status when only its live fields moved (counters,
+    /// lastSeen, latency, reportedAt) at most this often (seconds); a
+    /// change of state is written at once. A plant of 1000 Devices writes
+    /// 1000 / this statuses per second.
+    #[arg(long, default_value = "30", value_parser = secs)]
+    status_refresh: Duration,
+    /// Reconciles at once, at most. Unbounded, a plant's 1000 new Devices
+    /// queued thousands of requests ahead of the Lease's renewal, and the
+    /// leader lost its Lease.
+    #[arg(long, default_value = "16", value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
     /// A node's report older than this says nothing (seconds): DeviceReachable
     /// turns Unknown. Keep it above 2 x edgelinkd's --status-webhook-interval.
     #[arg(long, default_value = "35", value_parser = secs)]
@@ -321,6 +332,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         holds,
         metrics: metrics.clone(),
         resync: args.resync,
+        status_refresh: args.status_refresh,
+        concurrency: args.concurrency,
+        written: Default::default(),
         stale_after: args.report_stale_after,
         started: Instant::now(),
         fresh_for,
@@ -417,8 +431,18 @@ mod tests {
             Some(("edgelink.io/edge".into(), "true".into()))
         );
         assert_eq!(
-            (a.resync, a.report_stale_after),
-            (Duration::from_secs(30), Duration::from_secs(35))
+            (
+                a.resync,
+                a.report_stale_after,
+                a.status_refresh,
+                a.concurrency
+            ),
+            (
+                Duration::from_secs(30),
+                Duration::from_secs(35),
+                Duration::from_secs(30),
+                16
+            )
         );
         let Cmd::Run(a) =
             Cli::try_parse_from(["edgelink-operator", "run", "--edge-node-label", ""])
@@ -439,6 +463,8 @@ mod tests {
         for bad in [
             &["--edge-node-label", "=x"][..],
             &["--resync", "0"],
+            &["--status-refresh", "0"],
+            &["--concurrency", "0"],
             &["--listen", "nowhere"],
             &["--cluster-domain", "a..b"],
             &["--webhook-service-account", "edgelinkd"],

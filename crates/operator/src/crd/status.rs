@@ -121,3 +121,81 @@ pub struct PortStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
+
+impl DeviceStatus {
+    /// Whether `self` and `other` say the same but for the live fields:
+    /// when the probes last succeeded and took how long, when a node last
+    /// reported, and the connection and byte counters. A status that
+    /// differs only there is written at most every `--status-refresh`.
+    pub fn same_state(&self, other: &DeviceStatus) -> bool {
+        self.without_live() == other.without_live()
+    }
+
+    fn without_live(&self) -> DeviceStatus {
+        let mut s = self.clone();
+        s.last_seen = None;
+        s.reported_at = None;
+        for p in &mut s.ports {
+            p.active_connections = 0;
+            p.total_connections = 0;
+            p.bytes_to_device = 0;
+            p.bytes_from_device = 0;
+        }
+        for r in &mut s.reverse {
+            r.active_connections = 0;
+            r.total_connections = 0;
+            r.bytes_to_target = 0;
+            r.bytes_from_target = 0;
+        }
+        for n in &mut s.nodes {
+            n.last_seen = None;
+            n.latency = None;
+            n.reported_at = None;
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status() -> DeviceStatus {
+        DeviceStatus {
+            last_seen: Some("2026-11-26T10:00:00Z".into()),
+            ports: vec![PortStatus {
+                name: "api".into(),
+                protocol: "tcp".into(),
+                port: 8080,
+                listener: "listening".into(),
+                listening: true,
+                reachable: "True".into(),
+                total_connections: 3,
+                ..Default::default()
+            }],
+            nodes: vec![NodeStatus {
+                node: "kedge1".into(),
+                reachable: "True".into(),
+                latency: Some("0.41ms".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn counters_and_times_are_live_and_a_state_is_not() {
+        let a = status();
+        let mut b = status();
+        b.last_seen = Some("2026-11-26T10:00:30Z".into());
+        b.ports[0].total_connections = 9;
+        b.nodes[0].latency = Some("0.52ms".into());
+        assert!(a.same_state(&b), "only live fields moved");
+        let mut c = b.clone();
+        c.nodes[0].reachable = "False".into();
+        assert!(!a.same_state(&c), "a node's reachability is a state");
+        let mut c = b.clone();
+        c.ports[0].listener = "failed".into();
+        assert!(!a.same_state(&c), "a listener's state is a state");
+    }
+}

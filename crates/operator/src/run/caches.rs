@@ -85,22 +85,69 @@ pub fn managed() -> watcher::Config {
     watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"))
 }
 
-/// A watch of `api` that keeps `writer`'s store (without managedFields:
-/// nothing here reads them, and they are half of a small object), as the
-/// objects it touched.
+/// A watch of `api` that keeps `writer`'s store, as the objects it
+/// touched. Each object is kept as `trim` leaves it: without managedFields
+/// (nothing here reads them, and they are half of a small object) and
+/// without what no reconcile reads. A plant's 1000 Devices make 1000 of
+/// each kind; whole, they took the operator past 256 MiB.
 pub fn reflected<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
+    trim: fn(&mut K),
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     watcher(api, config)
         .default_backoff()
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .modify(move |o: &mut K| {
+            o.meta_mut().managed_fields = None;
+            trim(o)
+        })
         .reflect(writer)
         .touched_objects()
+}
+
+/// What each cache keeps beside the metadata.
+pub mod trim {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodStatus;
+
+    /// Whole (the Devices, the EdgeNetworks: the reconcile reads them).
+    pub fn none<K>(_: &mut K) {}
+
+    /// The NAD's config is never read back: the apply's hash says whether
+    /// it changed.
+    pub fn nad(n: &mut NetworkAttachmentDefinition) {
+        n.spec.config = String::new();
+    }
+
+    /// Owner, labels and generation are all a reconcile reads.
+    pub fn statefulset(s: &mut StatefulSet) {
+        s.spec = None;
+        s.status = None;
+    }
+
+    /// The conditions (Ready, the gate) and the annotations (Multus's
+    /// network-status) are all a reconcile reads.
+    pub fn pod(p: &mut Pod) {
+        p.spec = None;
+        p.status = p.status.take().map(|s| PodStatus {
+            conditions: s.conditions,
+            ..Default::default()
+        });
+    }
+
+    /// The spec (ClusterIP, ports) for the reverse entries.
+    pub fn service(s: &mut Service) {
+        s.status = None;
+    }
+
+    /// Names and labels.
+    pub fn node(n: &mut PartialObjectMeta<Node>) {
+        n.metadata.annotations = None;
+    }
 }
 
 /// Keep the nodes' store (names and labels) until the process ends.
@@ -109,8 +156,35 @@ pub fn keep_nodes(client: Client, writer: Writer<PartialObjectMeta<Node>>) {
         Api::<PartialObjectMeta<Node>>::all(client),
         watcher::Config::default(),
         writer,
+        trim::node,
     );
     tokio::spawn(s.for_each(|_| std::future::ready(())));
+}
+
+/// Every few minutes, forget what was applied to objects that are gone,
+/// and when the statuses of Devices that are gone were written (a Device
+/// deleted without finalizers is never reconciled again).
+pub async fn sweep(ctx: std::sync::Arc<crate::run::context::Ctx>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(300));
+    loop {
+        every.tick().await;
+        let c = &ctx.caches;
+        if !(ready(&c.nads) && ready(&c.statefulsets) && ready(&c.services)) {
+            continue;
+        }
+        c.applied.retain(|(kind, ns, name)| match kind.as_str() {
+            "NetworkAttachmentDefinition" => c.nads.get(&ObjectRef::new(name).within(ns)).is_some(),
+            "StatefulSet" => c
+                .statefulsets
+                .get(&ObjectRef::new(name).within(ns))
+                .is_some(),
+            _ => c.services.get(&ObjectRef::new(name).within(ns)).is_some(),
+        });
+        if let Some(devices) = ctx.devices.get() {
+            ctx.written
+                .retain(|(ns, name)| devices.get(&ObjectRef::new(name).within(ns)).is_some());
+        }
+    }
 }
 
 /// Whether the store has listed once (its answers are the cluster's).
@@ -185,9 +259,19 @@ pub async fn nodes_selected(
 }
 
 /// What each object was last applied as: (kind, namespace, name) → the
-/// hash of the rendered object and the resourceVersion the apply returned.
+/// hash of the rendered object and the [`version`] the apply returned.
 #[derive(Default)]
 pub struct Applied(Mutex<HashMap<(String, String, String), (u64, String)>>);
+
+/// The version of an object that tells whether somebody changed what the
+/// operator applied: its generation where it has one (a StatefulSet's
+/// status updates do not move it; an edit of its spec does), else its
+/// resourceVersion (a Service, a NAD).
+pub fn version(meta: &kube::api::ObjectMeta) -> Option<String> {
+    meta.generation
+        .map(|g| format!("generation {g}"))
+        .or_else(|| meta.resource_version.clone())
+}
 
 /// A hash of the rendered object (its JSON).
 pub fn content_hash(v: &serde_json::Value) -> u64 {
@@ -197,32 +281,38 @@ pub fn content_hash(v: &serde_json::Value) -> u64 {
 }
 
 impl Applied {
-    /// Whether `cached_rv` is the version our last apply of this content
+    /// Whether `cached` is the [`version`] our last apply of this content
     /// returned: then nobody changed it since, and applying it again would
     /// change nothing.
     pub fn unchanged(
         &self,
         key: &(String, String, String),
         hash: u64,
-        cached_rv: Option<&str>,
+        cached: Option<&str>,
     ) -> bool {
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match (m.get(key), cached_rv) {
+        match (m.get(key), cached) {
             (Some((h, rv)), Some(c)) => *h == hash && rv == c,
             _ => false,
         }
     }
 
-    pub fn record(&self, key: (String, String, String), hash: u64, rv: Option<String>) {
+    pub fn record(&self, key: (String, String, String), hash: u64, version: Option<String>) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match rv {
-            Some(rv) => {
-                m.insert(key, (hash, rv));
+        match version {
+            Some(v) => {
+                m.insert(key, (hash, v));
             }
             None => {
                 m.remove(&key);
             }
         }
+    }
+
+    /// Keep only the objects `keep` (kind, namespace, name) says exist.
+    pub fn retain(&self, keep: impl Fn(&(String, String, String)) -> bool) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|k, _| keep(k));
     }
 
     /// Forget the objects of a Device being deleted: its name and the

@@ -26,6 +26,35 @@ pub(crate) fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> E
     move |source| Error::Kube { what, source }
 }
 
+/// When each Device's status was last written: (namespace, name) → when.
+#[derive(Default)]
+pub struct Written(std::sync::Mutex<std::collections::HashMap<(String, String), Instant>>);
+
+impl Written {
+    /// Whether `every` has passed since the last write (or none was made
+    /// by this process).
+    pub fn due(&self, key: &(String, String), every: Duration) -> bool {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(key).is_none_or(|t| t.elapsed() >= every)
+    }
+
+    pub fn wrote(&self, key: (String, String)) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.insert(key, Instant::now());
+    }
+
+    pub fn forget(&self, key: &(String, String)) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.remove(key);
+    }
+
+    /// Keep only the Devices `keep` says exist.
+    pub fn retain(&self, keep: impl Fn(&(String, String)) -> bool) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|k, _| keep(k));
+    }
+}
+
 pub struct Ctx {
     pub client: Client,
     pub settings: ProxyPodSettings,
@@ -35,6 +64,12 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// Reconcile every Device at least this often.
     pub resync: Duration,
+    /// Write a status whose live fields alone moved at most this often.
+    pub status_refresh: Duration,
+    /// When each Device's status was last written.
+    pub written: Written,
+    /// Reconciles at once, at most.
+    pub concurrency: u16,
     /// A report older than this tells nothing.
     pub stale_after: Duration,
     /// Reports may not have arrived yet this soon after taking the lead:

@@ -23,7 +23,7 @@
 //! report changes its proxy's states, and when a node goes silent or is
 //! heard again.
 
-use crate::run::caches::reflected;
+use crate::run::caches::{reflected, trim};
 use crate::run::context::{kube_err, Ctx, Error};
 use crate::run::make::{make, Made};
 use crate::run::metrics::{Outcome, Reason};
@@ -40,7 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{predicates, watcher, Predicate, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -112,6 +112,8 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         ctx.caches
             .applied
             .forget(&d.namespace().unwrap_or_default(), &d.name_any());
+        ctx.written
+            .forget(&(d.namespace().unwrap_or_default(), d.name_any()));
         // The garbage collector deletes what it owns.
         return Ok((Action::await_change(), "deleting"));
     }
@@ -179,8 +181,12 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
             .conditions
             .push(cond("ReverseResolved", &v, gen, &old.conditions));
     }
-    if status != old {
+    let key = (ns.clone(), d.name_any());
+    // Counters and probe times alone are written at most every
+    // --status-refresh; a change of state at once.
+    if status != old && (!status.same_state(&old) || ctx.written.due(&key, ctx.status_refresh)) {
         write_status(ctx, d, status).await?;
+        ctx.written.wrote(key);
     }
     let action = match &made {
         // Nothing will change by itself but the node or network: look again
@@ -359,19 +365,42 @@ pub async fn run(
     }
     let managed = crate::run::caches::managed();
     crate::run::caches::keep_nodes(client.clone(), writers.nodes);
-    let controller = Controller::new(devices, watcher::Config::default())
+    let sweep = tokio::spawn(crate::run::caches::sweep(ctx.clone()));
+    // A Device's own status writes (each reconcile's, the live fields)
+    // must not reconcile it again: only its spec, labels and annotations.
+    let (device_store, device_writer) = kube::runtime::reflector::store();
+    let device_changes = watcher(devices, watcher::Config::default())
+        .default_backoff()
+        .modify(|d: &mut Device| d.metadata.managed_fields = None)
+        .reflect(device_writer)
+        .touched_objects()
+        .predicate_filter(
+            predicates::generation
+                .combine(predicates::labels)
+                .combine(predicates::annotations),
+            Default::default(),
+        );
+    let controller = Controller::for_stream(device_changes, device_store)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
         .owns_stream(reflected(
             Api::<NetworkAttachmentDefinition>::all(client.clone()),
             managed.clone(),
             writers.nads,
+            trim::nad,
         ))
         .owns_stream(reflected(
             Api::<StatefulSet>::all(client.clone()),
             managed.clone(),
             writers.statefulsets,
+            trim::statefulset,
         ))
         .watches_stream(
-            reflected(Api::<Pod>::all(client.clone()), managed, writers.pods),
+            reflected(
+                Api::<Pod>::all(client.clone()),
+                managed,
+                writers.pods,
+                trim::pod,
+            ),
             |p: Pod| {
                 let ns = p.namespace();
                 p.labels()
@@ -388,6 +417,7 @@ pub async fn run(
                 Api::<EdgeNetwork>::all(client.clone()),
                 watcher::Config::default(),
                 writers.networks,
+                trim::none,
             ),
             {
                 let store = store.clone();
@@ -409,6 +439,7 @@ pub async fn run(
                 Api::<Service>::all(client.clone()),
                 watcher::Config::default(),
                 writers.services,
+                trim::service,
             ),
             {
                 let store = store.clone();
@@ -430,6 +461,7 @@ pub async fn run(
             }
         })
         .await;
+    sweep.abort();
 }
 
 /// The Device that controls `s`, when one does (an owned Service's

@@ -156,8 +156,8 @@ where
     }))
 }
 
-/// Apply `obj`, unless its cached copy is what the last apply of this
-/// same content returned (nobody changed it since).
+/// Apply `obj`, unless its cached copy is still the version the last apply
+/// of this same content returned (nobody changed it since).
 async fn apply<K>(
     ctx: &Ctx,
     cached: &Store<K>,
@@ -175,10 +175,8 @@ where
     let key = (K::kind(&()).into_owned(), ns.clone(), name.to_string());
     let hash = caches::content_hash(&v);
     let now = cached.get(&ObjectRef::new(name).within(&ns));
-    let rv = now
-        .as_ref()
-        .and_then(|o| o.meta().resource_version.as_deref());
-    if ctx.caches.applied.unchanged(&key, hash, rv) {
+    let seen = now.as_ref().and_then(|o| caches::version(o.meta()));
+    if ctx.caches.applied.unchanged(&key, hash, seen.as_deref()) {
         return Ok(());
     }
     let out = api
@@ -187,7 +185,7 @@ where
         .map_err(kube_err(format!("apply {} {name}", K::kind(&()))))?;
     ctx.caches
         .applied
-        .record(key, hash, out.meta().resource_version.clone());
+        .record(key, hash, caches::version(out.meta()));
     Ok(())
 }
 

@@ -66,6 +66,9 @@ impl tower::Service<http::Request<kube::client::Body>> for FakeApi {
             } else {
                 v["metadata"]["resourceVersion"] = "1".into();
                 v["metadata"]["uid"] = "made-uid".into();
+                if v["kind"] == "StatefulSet" {
+                    v["metadata"]["generation"] = 1.into();
+                }
                 if v["metadata"]["name"].is_null() {
                     let name = parts
                         .uri
@@ -140,6 +143,9 @@ async fn a_device_left_alone_is_reconciled_without_an_api_request() {
         holds: Arc::new(crate::run::grants::Holds::new(Duration::from_secs(3))),
         metrics,
         resync: Duration::from_secs(30),
+        status_refresh: Duration::from_secs(30),
+        written: Default::default(),
+        concurrency: 16,
         stale_after: Duration::from_secs(30),
         started: Instant::now() - Duration::from_secs(3600),
         fresh_for: Duration::from_secs(6),
@@ -178,8 +184,12 @@ async fn a_device_left_alone_is_reconciled_without_an_api_request() {
             .iter()
             .filter(|(m, _, v)| m == "PATCH" && v["kind"] == kind)
             .map(|(_, _, v)| {
+                // as the watch brings it: what the fake API answered
                 let mut v = v.clone();
                 v["metadata"]["resourceVersion"] = "1".into();
+                if kind == "StatefulSet" {
+                    v["metadata"]["generation"] = 1.into();
+                }
                 v
             })
             .collect()
@@ -226,15 +236,26 @@ async fn a_device_left_alone_is_reconciled_without_an_api_request() {
         "eight requests, all in the first (3 looked up, 3 applied, the status, the first Event):\n{text}"
     );
 
-    // Somebody edits the StatefulSet (a new resourceVersion): applied again.
+    // The StatefulSet's status moves (a new resourceVersion, the same
+    // generation): nothing to apply.
     let mut sts = made("StatefulSet");
     sts[0]["metadata"]["resourceVersion"] = "2".into();
+    fill(&mut w.statefulsets, sts.iter().map(object).collect());
+    reconcile(Arc::new(d.clone()), ctx.clone()).await.unwrap();
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "a status update is not an edit"
+    );
+
+    // Somebody edits its spec (a new generation): applied again, alone.
+    sts[0]["metadata"]["resourceVersion"] = "3".into();
+    sts[0]["metadata"]["generation"] = 2.into();
     fill(&mut w.statefulsets, sts.iter().map(object).collect());
     reconcile(Arc::new(d), ctx).await.unwrap();
     let third = std::mem::take(&mut *log.lock().unwrap());
     let paths: Vec<String> = third.iter().map(|(m, p, _)| format!("{m} {p}")).collect();
     assert!(
         paths.len() == 1 && paths[0].starts_with("PATCH") && paths[0].contains("/statefulsets/"),
-        "only the changed StatefulSet applied again: {paths:#?}"
+        "only the edited StatefulSet applied again: {paths:#?}"
     );
 }
