@@ -123,6 +123,8 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.availa
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# 500 proxy pods on one edge node (make bench-scale); a /22 podCIDR each.
+maxPods: 600
 YAML
   # The kubelet wants its cgroup root in every v1 hierarchy before it
   # starts; cpuset's needs its CPUs and memory nodes (a new v1 cpuset has

@@ -98,7 +98,7 @@ start_in kcp kube-controller-manager "$BIN/kube-controller-manager" \
   --authorization-kubeconfig "$RUN/kube/controller-manager.kubeconfig" \
   --service-account-private-key-file "$P/sa.key" --root-ca-file "$P/ca.crt" \
   --cluster-signing-cert-file "$P/ca.crt" --cluster-signing-key-file "$P/ca.key" \
-  --allocate-node-cidrs --cluster-cidr "$CLUSTER_CIDR" --node-cidr-mask-size 24 \
+  --allocate-node-cidrs --cluster-cidr "$CLUSTER_CIDR" --node-cidr-mask-size 22 \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --use-service-account-credentials --leader-elect=false --bind-address 127.0.0.1
 start_in kcp kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$RUN/kube/scheduler.kubeconfig" \
