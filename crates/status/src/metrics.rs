@@ -336,12 +336,43 @@ fn register_virtual(reg: &mut Registry, status: &Status) {
 enum Figure {
     Gauge(i64),
     Counter(u64),
-    Seconds(f64),
+}
+
+/// What was sent to edgelink-operator (`crate::sent`).
+fn register_sent(reg: &mut Registry) {
+    let (reports, report_bytes) = crate::sent::REPORTS.get();
+    let (beats, beat_bytes) = crate::sent::HEARTBEATS.get();
+    for (name, help, v) in [
+        (
+            "webhook_reports",
+            "Status reports posted to the webhook (edgelink-operator)",
+            reports,
+        ),
+        (
+            "webhook_report_bytes",
+            "Body bytes of the status reports posted",
+            report_bytes,
+        ),
+        (
+            "webhook_heartbeats",
+            "Heartbeats posted beside the webhook",
+            beats,
+        ),
+        (
+            "webhook_heartbeat_bytes",
+            "Body bytes of the heartbeats posted",
+            beat_bytes,
+        ),
+    ] {
+        let c: Counter = Counter::default();
+        c.inc_by(v);
+        reg.register(name, help, c);
+    }
 }
 
 /// The node's own series, and the binary's build.
 fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str) {
-    use Figure::{Counter as C, Gauge as G, Seconds as S};
+    use Figure::{Counter as C, Gauge as G};
     let figures = [
         (
             "attachments",
@@ -388,31 +419,6 @@ fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str
             "Splice pipes holding data in flight",
             G(node.pipes_in_use),
         ),
-        (
-            "reconcile_pass_seconds",
-            "How long the last reconcile pass took (every record listed, each attachment checked)",
-            S(node.last_pass_seconds),
-        ),
-        (
-            "webhook_reports",
-            "Status reports posted to the webhook (edgelink-operator)",
-            C(crate::sent::REPORTS.get().0),
-        ),
-        (
-            "webhook_report_bytes",
-            "Body bytes of the status reports posted",
-            C(crate::sent::REPORTS.get().1),
-        ),
-        (
-            "webhook_heartbeats",
-            "Heartbeats posted beside the webhook",
-            C(crate::sent::HEARTBEATS.get().0),
-        ),
-        (
-            "webhook_heartbeat_bytes",
-            "Body bytes of the heartbeats posted",
-            C(crate::sent::HEARTBEATS.get().1),
-        ),
     ];
     for (name, help, v) in figures {
         match v {
@@ -426,13 +432,16 @@ fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str
                 c.inc_by(v);
                 reg.register(name, help, c);
             }
-            S(v) => {
-                let g: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
-                g.set(v);
-                reg.register(name, help, g);
-            }
         }
     }
+    let pass: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+    pass.set(node.last_pass_seconds);
+    reg.register(
+        "reconcile_pass_seconds",
+        "How long the last reconcile pass took (every record listed, each attachment checked)",
+        pass,
+    );
+    register_sent(reg);
     reg.register(
         "build",
         "The edgelinkd binary: its version and the commit it was built from",

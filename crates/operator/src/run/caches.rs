@@ -11,7 +11,7 @@
 //! copy is still the one the last apply returned, with the same rendered
 //! content, is not applied again.
 
-use crate::run::context::{kube_err, Error};
+use crate::run::error::{kube_err, Error};
 use edgelink_operator::crd::{EdgeNetwork, NetworkAttachmentDefinition};
 use edgelink_operator::render::MANAGER;
 use futures_util::{FutureExt, Stream, StreamExt};
@@ -161,32 +161,6 @@ pub fn keep_nodes(client: Client, writer: Writer<PartialObjectMeta<Node>>) {
     tokio::spawn(s.for_each(|_| std::future::ready(())));
 }
 
-/// Every few minutes, forget what was applied to objects that are gone,
-/// and when the statuses of Devices that are gone were written (a Device
-/// deleted without finalizers is never reconciled again).
-pub async fn sweep(ctx: std::sync::Arc<crate::run::context::Ctx>) {
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(300));
-    loop {
-        every.tick().await;
-        let c = &ctx.caches;
-        if !(ready(&c.nads) && ready(&c.statefulsets) && ready(&c.services)) {
-            continue;
-        }
-        c.applied.retain(|(kind, ns, name)| match kind.as_str() {
-            "NetworkAttachmentDefinition" => c.nads.get(&ObjectRef::new(name).within(ns)).is_some(),
-            "StatefulSet" => c
-                .statefulsets
-                .get(&ObjectRef::new(name).within(ns))
-                .is_some(),
-            _ => c.services.get(&ObjectRef::new(name).within(ns)).is_some(),
-        });
-        if let Some(devices) = ctx.devices.get() {
-            ctx.written
-                .retain(|(ns, name)| devices.get(&ObjectRef::new(name).within(ns)).is_some());
-        }
-    }
-}
-
 /// Whether the store has listed once (its answers are the cluster's).
 pub fn ready<K: Resource + Clone>(s: &Store<K>) -> bool
 where
@@ -261,7 +235,10 @@ pub async fn nodes_selected(
 /// What each object was last applied as: (kind, namespace, name) → the
 /// hash of the rendered object and the [`version`] the apply returned.
 #[derive(Default)]
-pub struct Applied(Mutex<HashMap<(String, String, String), (u64, String)>>);
+pub struct Applied(Mutex<HashMap<ObjectKey, (u64, String)>>);
+
+/// (kind, namespace, name).
+pub type ObjectKey = (String, String, String);
 
 /// The version of an object that tells whether somebody changed what the
 /// operator applied: its generation where it has one (a StatefulSet's
@@ -284,12 +261,7 @@ impl Applied {
     /// Whether `cached` is the [`version`] our last apply of this content
     /// returned: then nobody changed it since, and applying it again would
     /// change nothing.
-    pub fn unchanged(
-        &self,
-        key: &(String, String, String),
-        hash: u64,
-        cached: Option<&str>,
-    ) -> bool {
+    pub fn unchanged(&self, key: &ObjectKey, hash: u64, cached: Option<&str>) -> bool {
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match (m.get(key), cached) {
             (Some((h, rv)), Some(c)) => *h == hash && rv == c,
@@ -297,7 +269,7 @@ impl Applied {
         }
     }
 
-    pub fn record(&self, key: (String, String, String), hash: u64, version: Option<String>) {
+    pub fn record(&self, key: ObjectKey, hash: u64, version: Option<String>) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match version {
             Some(v) => {
@@ -310,7 +282,7 @@ impl Applied {
     }
 
     /// Keep only the objects `keep` (kind, namespace, name) says exist.
-    pub fn retain(&self, keep: impl Fn(&(String, String, String)) -> bool) {
+    pub fn retain(&self, keep: impl Fn(&ObjectKey) -> bool) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|k, _| keep(k));
     }

@@ -11,20 +11,7 @@ use kube::Client;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{what}: {source}")]
-    Kube {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-pub(crate) fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Kube { what, source }
-}
+pub(crate) use crate::run::error::{kube_err, Error};
 
 /// When each Device's status was last written: (namespace, name) → when.
 #[derive(Default)]

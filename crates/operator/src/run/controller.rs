@@ -23,7 +23,7 @@
 //! report changes its proxy's states, and when a node goes silent or is
 //! heard again.
 
-use crate::run::caches::{reflected, trim};
+use crate::run::caches::{self, reflected, trim};
 use crate::run::context::{kube_err, Ctx, Error};
 use crate::run::make::{make, Made};
 use crate::run::metrics::{Outcome, Reason};
@@ -365,7 +365,7 @@ pub async fn run(
     }
     let managed = crate::run::caches::managed();
     crate::run::caches::keep_nodes(client.clone(), writers.nodes);
-    let sweep = tokio::spawn(crate::run::caches::sweep(ctx.clone()));
+    let sweep = tokio::spawn(sweep(ctx.clone()));
     // A Device's own status writes (each reconcile's, the live fields)
     // must not reconcile it again: only its spec, labels and annotations.
     let (device_store, device_writer) = kube::runtime::reflector::store();
@@ -462,6 +462,33 @@ pub async fn run(
         })
         .await;
     sweep.abort();
+}
+
+/// Every few minutes, forget what was applied to objects that are gone,
+/// and when the statuses of Devices that are gone were written (a Device
+/// deleted without finalizers is never reconciled again).
+async fn sweep(ctx: Arc<Ctx>) {
+    let mut every = tokio::time::interval(Duration::from_secs(300));
+    loop {
+        every.tick().await;
+        let c = &ctx.caches;
+        if !(caches::ready(&c.nads) && caches::ready(&c.statefulsets) && caches::ready(&c.services))
+        {
+            continue;
+        }
+        c.applied.retain(|(kind, ns, name)| match kind.as_str() {
+            "NetworkAttachmentDefinition" => c.nads.get(&ObjectRef::new(name).within(ns)).is_some(),
+            "StatefulSet" => c
+                .statefulsets
+                .get(&ObjectRef::new(name).within(ns))
+                .is_some(),
+            _ => c.services.get(&ObjectRef::new(name).within(ns)).is_some(),
+        });
+        if let Some(devices) = ctx.devices.get() {
+            ctx.written
+                .retain(|(ns, name)| devices.get(&ObjectRef::new(name).within(ns)).is_some());
+        }
+    }
 }
 
 /// The Device that controls `s`, when one does (an owned Service's

@@ -10,6 +10,7 @@ pub mod caches;
 pub mod consumers;
 pub mod context;
 pub mod controller;
+pub mod error;
 pub mod grants;
 pub mod holds;
 pub mod leader;
