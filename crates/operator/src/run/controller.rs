@@ -18,7 +18,8 @@
 //!
 //! Deleting a Device deletes its objects through their owner references
 //! (the garbage collector). Every Device is reconciled again each
-//! `--resync`, on any change of it or its objects, of its proxy pods, of
+//! `--resync`, on any change of its spec, labels or annotations (not of its status: its
+//! own writes), of its objects, of its proxy pods, of
 //! its EdgeNetwork, of a Service its reverse entries name, when a node's
 //! report changes its proxy's states, and when a node goes silent or is
 //! heard again.
