@@ -45,19 +45,25 @@ impl Daemon {
         })
     }
 
-    /// Reconcile on every nudge (a record changed, a request of the
-    /// plugin) and every `--reconcile-interval`, until SIGTERM or SIGINT.
+    /// The first pass: what was handed over is filed under its records
+    /// (what no record claims is reset) and every record is served. Run
+    /// before anything reports this node (the webhook, the heartbeat): a
+    /// report before it would say the node serves nothing.
+    pub async fn first_pass(&self) {
+        let d = &self.node;
+        d.reconcile().await;
+        for id in d.shared.lot.drop_unclaimed() {
+            tracing::warn!(container = %id.0, ifname = %id.1, forward = %id.2,
+                "handed over, but no record serves it now: its connections are reset");
+        }
+    }
+
+    /// After [`Daemon::first_pass`]: reconcile on every nudge (a record
+    /// changed, a request of the plugin) and every `--reconcile-interval`,
+    /// until SIGTERM or SIGINT.
     pub async fn serve(&self, term: &mut Signal, int: &mut Signal) {
         let d = &self.node;
-        let mut first = true;
         loop {
-            d.reconcile().await;
-            if std::mem::take(&mut first) {
-                for id in d.shared.lot.drop_unclaimed() {
-                    tracing::warn!(container = %id.0, ifname = %id.1, forward = %id.2,
-                        "handed over, but no record serves it now: its connections are reset");
-                }
-            }
             tokio::select! {
                 _ = d.nudge.notified() => {
                     // Let a burst of record changes settle into one pass.
@@ -67,6 +73,7 @@ impl Daemon {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
+            d.reconcile().await;
         }
     }
 

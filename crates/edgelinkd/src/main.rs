@@ -132,6 +132,8 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(state_dir = %args.state_dir.display(), status_addr = %args.status_addr,
         node = %d.node.name, workers = workers.len(), "edgelinkd started");
 
+    d.first_pass().await;
+    start_reports(&d)?;
     d.serve(&mut term, &mut int).await;
     d.stop().await;
     socket_file.remove_if_ours();
@@ -140,7 +142,7 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The status surface: the status endpoint (on `listener`), the metrics
-/// endpoint (`--metrics-addr`), the records watch, the webhook.
+/// endpoint (`--metrics-addr`), the records watch.
 fn open_status(
     d: &std::sync::Arc<Daemon>,
     listener: tokio::net::TcpListener,
@@ -152,6 +154,15 @@ fn open_status(
         tokio::spawn(status_http::serve(l, d.endpoint(), Scope::Metrics));
     }
     edgelink_node::watch::start(d.node.clone()).context("watching the attachment records")?;
+    Ok(())
+}
+
+/// The reports to edgelink-operator (the webhook and its heartbeat), once
+/// the first pass has filed what this node serves: a report before it says
+/// the node serves nothing, and the operator takes the proxies out of their
+/// Services (what a take-over did on the kube lab, check F6).
+fn start_reports(d: &std::sync::Arc<Daemon>) -> anyhow::Result<()> {
+    let args = &d.args;
     use edgelink_status::webhook::{self, UrlSource};
     let url = match (&args.status_webhook, &args.status_webhook_file) {
         (Some(url), _) => Some(UrlSource::Fixed(url.clone())),

@@ -271,3 +271,47 @@ fn a_take_over_keeps_the_address_and_its_listeners() {
     s.read_exact(&mut back).unwrap();
     assert_eq!(&back, b"still here\n");
 }
+
+/// The F6 regression on the kube lab: the new daemon's first report went
+/// out before its first pass had filed what was handed over, saying it
+/// served no attachment; the operator took the proxy out of its Service
+/// and moved the address. Every report and heartbeat the new daemon sends
+/// names the attachment it took over, from the first.
+#[test]
+fn a_take_over_reports_what_it_serves_from_its_first_report() {
+    let (mut l, operator) =
+        granted_lab(18099, format!(r#"{{"holds": ["{POD}"], "holdMs": 1500}}"#));
+    assert!(
+        wait_until(Duration::from_secs(5), || on_net1(&l)),
+        "not taken"
+    );
+    for round in 0..3 {
+        let (reports, beats) = (
+            operator.got.lock().unwrap().len(),
+            operator.beats.lock().unwrap().len(),
+        );
+        l.take_over();
+        // Long enough for the new daemon's first report and a few beats.
+        std::thread::sleep(Duration::from_millis(1500));
+        let got = operator.got.lock().unwrap()[reports..].to_vec();
+        assert!(
+            !got.is_empty(),
+            "round {round}: no report after the take-over"
+        );
+        for (_, body) in &got {
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            let served: Vec<&str> = v["attachments"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x["containerId"].as_str()).collect())
+                .unwrap_or_default();
+            assert_eq!(
+                served.len(),
+                1,
+                "round {round}: a report after the take-over serves {served:?}: {body}\n{}",
+                l.daemon().log_text()
+            );
+        }
+        let beats = operator.beats.lock().unwrap()[beats..].to_vec();
+        assert!(beats.len() >= 2, "round {round}: {beats:?}");
+    }
+}
