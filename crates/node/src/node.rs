@@ -103,6 +103,8 @@ impl Node {
             state_dir: settings.state_dir.clone(),
             cni_path: settings.cni_path.clone(),
             gc_grace: settings.ipam_gc_grace,
+            gc_every: settings.reconcile_interval,
+            gc_last: Mutex::new(None),
             reclaimed: AtomicU64::new(0),
         };
         let grants = Arc::new(Grants::new(if settings.operator_grants {

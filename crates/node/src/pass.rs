@@ -99,7 +99,7 @@ impl Node {
         for (k, rec) in records {
             changed |= self.serve_or_reclaim(k, rec).await;
         }
-        self.reclaimer.gc_reservations();
+        self.reclaimer.gc_reservations_when_due();
         changed |= self.check_conntrack();
         self.last_reconcile.store(now(), Ordering::Relaxed);
         self.last_pass_micros

@@ -82,7 +82,7 @@ fn wait_passes(l: &DLab, n: u64) {
 
 #[test]
 fn a_reservation_without_a_record_is_released_only_after_the_ipam_gc_grace() {
-    // GC runs on every reconcile pass; a 1 s interval makes passes happen.
+    // GC runs with a pass once per reconcile interval; 1 s makes it happen.
     // The grace is long (120 s): the test ages the reservation's file
     // instead of waiting for it, so no wall-clock race decides the outcome.
     let l = lab_with(
