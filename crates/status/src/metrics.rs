@@ -4,27 +4,61 @@
 use crate::{AttachmentStatus, ForwardStatus, Gauges, LatencySnapshot, Source, Status};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
+use std::sync::Arc;
 
 mod process;
 
 type Labels = Vec<(String, String)>;
 
+/// One family's series, encoded in the order they were pushed. A scrape
+/// makes its families afresh from /status (series of gone attachments
+/// must vanish): prometheus-client's `Family` would hash every label set
+/// into a map and allocate each metric behind an `Arc`, which at 500
+/// attachments was most of a scrape; a label set here is shared by every
+/// family of its forward.
+#[derive(Debug)]
+struct Series<M> {
+    rows: Vec<(Arc<Labels>, M)>,
+}
+
+impl<M> Default for Series<M> {
+    fn default() -> Self {
+        Series { rows: Vec::new() }
+    }
+}
+
+impl<M> Series<M> {
+    fn push(&mut self, labels: &Arc<Labels>, m: M) {
+        self.rows.push((labels.clone(), m));
+    }
+}
+
+impl<M: EncodeMetric + TypedMetric> EncodeMetric for Series<M> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, m) in &self.rows {
+            m.encode(encoder.encode_family(&**labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+}
+
+type Counters = Series<ConstCounter<u64>>;
+type Gauges64 = Series<ConstGauge<i64>>;
+type GaugesF = Series<ConstGauge<f64>>;
+
 /// A connect-latency histogram already counted by the forward
 /// (edgelink-forward's `Latency`), encoded as an OpenMetrics histogram.
 #[derive(Debug, Default)]
-struct LatencyMetric(std::sync::Mutex<LatencySnapshot>);
-
-impl LatencyMetric {
-    fn set(&self, s: LatencySnapshot) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = s;
-    }
-}
+struct LatencyMetric(LatencySnapshot);
 
 impl TypedMetric for LatencyMetric {
     const TYPE: MetricType = MetricType::Histogram;
@@ -32,7 +66,7 @@ impl TypedMetric for LatencyMetric {
 
 impl EncodeMetric for LatencyMetric {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        let s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &self.0;
         let buckets: Vec<(f64, u64)> = s
             .buckets
             .iter()
@@ -193,21 +227,20 @@ fn gauge_values(f: &ForwardStatus) -> [i64; GAUGES.len()] {
 
 /// Every forward's series, one family per figure.
 fn register_forwards(reg: &mut Registry, status: &Status) {
-    let counters: Vec<Family<Labels, Counter>> =
-        COUNTERS.iter().map(|_| Family::default()).collect();
-    let gauges: Vec<Family<Labels, Gauge>> = GAUGES.iter().map(|_| Family::default()).collect();
-    let latency: Family<Labels, LatencyMetric> = Family::default();
+    let mut counters: Vec<Counters> = COUNTERS.iter().map(|_| Series::default()).collect();
+    let mut gauges: Vec<Gauges64> = GAUGES.iter().map(|_| Series::default()).collect();
+    let mut latency: Series<LatencyMetric> = Series::default();
     for a in &status.attachments {
         for f in &a.forwards {
-            let labels = labels(a, f);
-            for (fam, v) in counters.iter().zip(counter_values(f)) {
-                fam.get_or_create(&labels).inc_by(v);
+            let labels = Arc::new(labels(a, f));
+            for (fam, v) in counters.iter_mut().zip(counter_values(f)) {
+                fam.push(&labels, ConstCounter::new(v));
             }
-            for (fam, v) in gauges.iter().zip(gauge_values(f)) {
-                fam.get_or_create(&labels).set(v);
+            for (fam, v) in gauges.iter_mut().zip(gauge_values(f)) {
+                fam.push(&labels, ConstGauge::new(v));
             }
             if let Some(h) = &f.connect_latency {
-                latency.get_or_create(&labels).set(h.clone());
+                latency.push(&labels, LatencyMetric(h.clone()));
             }
         }
     }
@@ -252,16 +285,16 @@ fn labels_of(a: &AttachmentStatus) -> Labels {
 /// Every attachment's device health: up (absent while unknown), probes
 /// by result, the last successful probe's latency.
 fn register_health(reg: &mut Registry, status: &Status) {
-    let up: Family<Labels, Gauge> = Family::default();
-    let probes: Family<Labels, Counter> = Family::default();
-    let latency: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+    let mut up: Gauges64 = Series::default();
+    let mut probes: Counters = Series::default();
+    let mut latency: GaugesF = Series::default();
     for a in &status.attachments {
         let Some(h) = &a.health else { continue };
-        let labels = health_labels(a, h);
+        let labels = Arc::new(health_labels(a, h));
         match h.state.as_str() {
-            "reachable" => up.get_or_create(&labels).set(1),
-            "unreachable" => up.get_or_create(&labels).set(0),
-            _ => 0,
+            "reachable" => up.push(&labels, ConstGauge::new(1)),
+            "unreachable" => up.push(&labels, ConstGauge::new(0)),
+            _ => {}
         };
         let ok = h.probes_total.saturating_sub(h.failures_total);
         for (result, n) in [
@@ -269,12 +302,12 @@ fn register_health(reg: &mut Registry, status: &Status) {
             ("failure", h.failures_total),
             ("skipped", h.skipped_total),
         ] {
-            let mut l = labels.clone();
+            let mut l = (*labels).clone();
             l.push(("result".into(), result.into()));
-            probes.get_or_create(&l).inc_by(n);
+            probes.push(&Arc::new(l), ConstCounter::new(n));
         }
         if let Some(ms) = h.latency_ms {
-            latency.get_or_create(&labels).set(ms / 1000.0);
+            latency.push(&labels, ConstGauge::new(ms / 1000.0));
         }
     }
     reg.register(
@@ -296,24 +329,23 @@ fn register_health(reg: &mut Registry, status: &Status) {
 
 /// Every attachment's virtual addresses: held or not, moves, announcements.
 fn register_virtual(reg: &mut Registry, status: &Status) {
-    let held: Family<Labels, Gauge> = Family::default();
-    let moves: Family<Labels, Counter> = Family::default();
-    let announced: Family<Labels, Counter> = Family::default();
+    let mut held: Gauges64 = Series::default();
+    let mut moves: Counters = Series::default();
+    let mut announced: Counters = Series::default();
     for a in &status.attachments {
         let Some(v) = &a.virtual_addresses else {
             continue;
         };
         let mut labels = labels_of(a);
         labels.push(("addresses".into(), v.addresses.join(",")));
-        held.get_or_create(&labels).set(i64::from(v.held));
+        let labels = Arc::new(labels);
+        held.push(&labels, ConstGauge::new(i64::from(v.held)));
         for (what, n) in [("taken", v.taken_total), ("released", v.released_total)] {
-            let mut l = labels.clone();
+            let mut l = (*labels).clone();
             l.push(("change".into(), what.into()));
-            moves.get_or_create(&l).inc_by(n);
+            moves.push(&Arc::new(l), ConstCounter::new(n));
         }
-        announced
-            .get_or_create(&labels)
-            .inc_by(v.announcements_total);
+        announced.push(&labels, ConstCounter::new(v.announcements_total));
     }
     reg.register(
         "virtual_address_held",
