@@ -348,12 +348,59 @@ fn edgelinkd_status_filters_shows_the_address_and_says_by_its_exit_status_what_i
 /// A tiny HTTP receiver in `ns` on `port`: records each request's
 /// (request line, body) and answers 204; heartbeats (a path ending in
 /// `/heartbeat`) apart from the reports. Stops on drop (bounded anyway).
+/// One request's head, body (gunzip'd when it says `Content-Encoding:
+/// gzip`, as edgelinkd's reports do) and the body's bytes on the wire.
+fn read_request(c: &mut std::net::TcpStream) -> (String, String, usize) {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 8192];
+    loop {
+        match again(|| c.read(&mut b)) {
+            Ok(0) | Err(_) => return (String::new(), String::new(), 0),
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let h = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let field = |name: &str| {
+            h.lines().find_map(|x| {
+                let (k, v) = x.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+        };
+        let len: usize = field("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let rest = &buf[end + 4..];
+        if rest.len() < len {
+            continue;
+        }
+        let raw = &rest[..len];
+        let body = match field("content-encoding").as_deref() {
+            Some("gzip") => {
+                let mut out = String::new();
+                flate2::read::GzDecoder::new(raw)
+                    .read_to_string(&mut out)
+                    .expect("a gzip'd body");
+                out
+            }
+            _ => String::from_utf8_lossy(raw).into_owned(),
+        };
+        return (h, body, len);
+    }
+}
+
 pub(crate) struct Receiver {
     pub(crate) got: Arc<Mutex<Vec<(String, String)>>>,
     pub(crate) beats: Arc<Mutex<Vec<String>>>,
     /// When set, heartbeats are answered 200 with this JSON (an
     /// operator's grants of virtual addresses).
     pub(crate) grants: Arc<Mutex<Option<String>>>,
+    /// When set, gzip'd reports are answered as an operator before them
+    /// answered them (400: not its JSON).
+    pub(crate) refuse_gzip: Arc<AtomicBool>,
+    /// Report body bytes received on the wire (gzip'd).
+    pub(crate) wire_bytes: Arc<std::sync::atomic::AtomicUsize>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -377,7 +424,11 @@ impl Receiver {
         let beats = Arc::new(Mutex::new(Vec::new()));
         let grants: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
+        let refuse_gzip = Arc::new(AtomicBool::new(false));
         let (g, bt, st, gr) = (got.clone(), beats.clone(), stop.clone(), grants.clone());
+        let rg = refuse_gzip.clone();
+        let wire_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let wb = wire_bytes.clone();
         let thread = std::thread::spawn(move || {
             let end = Instant::now() + Duration::from_secs(60);
             while !st.load(Ordering::Relaxed) && Instant::now() < end {
@@ -387,30 +438,19 @@ impl Receiver {
                 };
                 let _ = c.set_nonblocking(false);
                 let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut buf = Vec::new();
-                let mut b = [0u8; 8192];
-                let (head, body) = loop {
-                    match again(|| c.read(&mut b)) {
-                        Ok(0) | Err(_) => break (String::new(), String::new()),
-                        Ok(n) => buf.extend_from_slice(&b[..n]),
-                    }
-                    let text = String::from_utf8_lossy(&buf).into_owned();
-                    if let Some((h, rest)) = text.split_once("\r\n\r\n") {
-                        let len: usize = h
-                            .lines()
-                            .find_map(|x| {
-                                let (k, v) = x.split_once(':')?;
-                                k.eq_ignore_ascii_case("content-length")
-                                    .then(|| v.trim().parse().ok())?
-                            })
-                            .unwrap_or(0);
-                        if rest.len() >= len {
-                            break (h.to_string(), rest[..len].to_string());
-                        }
-                    }
-                };
+                let (head, body, wire) = read_request(&mut c);
                 let path = head.split_whitespace().nth(1).unwrap_or("");
                 let granting = gr.lock().unwrap().clone();
+                let gzipped = head.to_lowercase().contains("\r\ncontent-encoding: gzip");
+                if gzipped && rg.load(Ordering::Relaxed) {
+                    let said = "report is not edgelinkd's status JSON: expected value at line 1 column 1\n";
+                    let _ = c.write_all(format!(
+                        "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{said}",
+                        said.len()
+                    ).as_bytes());
+                    g.lock().unwrap().push((head, String::new()));
+                    continue;
+                }
                 match granting.filter(|_| path.ends_with("/heartbeat")) {
                     Some(json) => {
                         let _ = c.write_all(format!(
@@ -425,6 +465,7 @@ impl Receiver {
                 if path.ends_with("/heartbeat") {
                     bt.lock().unwrap().push(body);
                 } else if !head.is_empty() {
+                    wb.fetch_add(wire, Ordering::Relaxed);
                     g.lock().unwrap().push((head, body));
                 }
             }
@@ -433,6 +474,8 @@ impl Receiver {
             got,
             beats,
             grants,
+            refuse_gzip,
+            wire_bytes,
             stop,
             thread: Some(thread),
         }
@@ -501,6 +544,10 @@ fn the_status_webhook_posts_the_status_when_an_attachment_appears_and_goes() {
             head.to_lowercase()
                 .contains("content-type: application/json"),
             "{head}"
+        );
+        assert!(
+            head.to_lowercase().contains("content-encoding: gzip"),
+            "a report is gzip'd: {head}"
         );
         let j: Value = serde_json::from_str(body).unwrap();
         assert_eq!(j["attachments"][0]["podName"], "proxy-0");
@@ -621,11 +668,11 @@ fn the_status_webhook_posts_at_least_every_interval_without_changes() {
         "{n} POSTs in 5 s at --status-webhook-interval 1"
     );
     // /metrics counts what was sent: at least the posts received, each
-    // with a body (the received bodies' bytes at least).
+    // with a body (the received bodies' bytes on the wire at least).
     let got = rx.got.lock().unwrap().clone();
     let posts = l.metric_plain("edgelink_webhook_reports_total");
     let bytes = l.metric_plain("edgelink_webhook_report_bytes_total");
-    let received: usize = got.iter().map(|(_, body)| body.len()).sum();
+    let received = rx.wire_bytes.load(Ordering::Relaxed);
     assert!(
         posts >= got.len() as f64,
         "{posts} posts counted, {} received",
@@ -635,4 +682,41 @@ fn the_status_webhook_posts_at_least_every_interval_without_changes() {
         bytes >= received as f64,
         "{bytes} bytes counted, {received} received"
     );
+}
+
+/// An operator from before gzip'd reports answers one 400 (not its JSON):
+/// edgelinkd says so once and posts that URL's reports whole from then on.
+#[test]
+fn a_receiver_that_refuses_gzip_gets_the_reports_whole() {
+    let mut l = DLab::idle(&["--status-webhook", "http://127.0.0.1:18083/hook"]);
+    let rx = Receiver::start(&l.lab.node, 18083);
+    rx.refuse_gzip.store(true, Ordering::Relaxed);
+    l.start_daemon();
+    l.add();
+    l.wait_serving();
+    assert!(
+        wait_until(Duration::from_secs(10), || rx
+            .attachment_counts()
+            .contains(&1)),
+        "no whole report naming the attachment: {:?}",
+        rx.got.lock().unwrap()
+    );
+    let got = rx.got.lock().unwrap().clone();
+    let gzipped: Vec<bool> = got
+        .iter()
+        .map(|(h, _)| h.to_lowercase().contains("content-encoding: gzip"))
+        .collect();
+    assert_eq!(
+        gzipped.iter().filter(|g| **g).count(),
+        1,
+        "one gzip'd report, refused, then whole ones: {gzipped:?}"
+    );
+    assert!(gzipped[0], "{gzipped:?}");
+    let log = l.daemon().log_text();
+    assert_eq!(
+        log.matches("does not take gzip'd reports").count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("status webhook failed"), "{log}");
 }

@@ -137,6 +137,18 @@ async fn call(
     auth: Option<&str>,
     body: &[u8],
 ) -> (u16, String) {
+    call_with(addr, method, path, auth, &[], body).await
+}
+
+/// [`call`] with more headers.
+async fn call_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
@@ -144,6 +156,9 @@ async fn call(
     );
     if let Some(a) = auth {
         head.push_str(&format!("authorization: {a}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes()).await.unwrap();
@@ -208,6 +223,58 @@ async fn reports_need_edgelinkds_token_the_lead_and_edgelinkds_json() {
         m.contains("edgelink_operator_reports_refused_total 8\n"),
         "{m}"
     );
+}
+
+fn gzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
+#[tokio::test]
+async fn gzip_reports_are_taken_up_to_their_decompressed_bound_and_other_codings_refused() {
+    let (app, addr) = start().await;
+    app.leader.store(true, Ordering::Relaxed);
+    let send = |enc: &'static str, body: Vec<u8>| async move {
+        let auth = "Bearer t-kedge1";
+        call_with(
+            addr,
+            "POST",
+            "/v1/status",
+            Some(auth),
+            &[("content-encoding", enc)],
+            &body,
+        )
+        .await
+    };
+    // A report of ~500 attachments is more than MAX_REPORT whole, far
+    // less gzip'd: taken.
+    let mut big = report("kedge1");
+    big.truncate(big.len() - 1);
+    big.extend_from_slice(br#", "pad": ""#);
+    big.extend(std::iter::repeat_n(b'x', MAX_REPORT + 1));
+    big.extend_from_slice(br#""}"#);
+    let (code, body) = send("gzip", gzip(&big)).await;
+    assert_eq!(code, 204, "{body}");
+    assert!(app.reports.get("kedge1").is_some());
+    // Whole, the same report is refused, and says why.
+    let (code, body) = send("identity", big).await;
+    assert_eq!(code, 413, "{body}");
+    assert!(body.contains("gzips its reports"), "{body}");
+    // A small body that inflates past the bound: refused once the bound
+    // is read.
+    let bomb = gzip(&vec![b' '; MAX_REPORT_JSON + 1]);
+    assert!(bomb.len() < MAX_REPORT / 16, "{}", bomb.len());
+    let (code, body) = send("gzip", bomb).await;
+    assert_eq!(code, 413, "{body}");
+    assert!(body.contains("once decompressed"), "{body}");
+    let (code, body) = send("gzip", b"not gzip".to_vec()).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.starts_with("report is not valid gzip"), "{body}");
+    let (code, body) = send("br", gzip(&report("kedge1"))).await;
+    assert_eq!(code, 415, "{body}");
+    assert!(body.contains(r#""br" is not taken"#), "{body}");
 }
 
 #[tokio::test]
