@@ -19,7 +19,7 @@ VERSION           ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | 
 IMAGE             ?= edgelink:$(VERSION)
 CONTAINER_BUILDER ?= $(notdir $(firstword $(foreach b,docker podman buildah,$(shell command -v $(b) 2>/dev/null))))
 
-.PHONY: all build release static static-operator bench-bins bench-scale soak-bins image-offline lint lint-vagrant test test-unit test-e2e check-crds e2e-kube e2e-vagrant demo bench fuzz soak chaos image install-yaml clean
+.PHONY: all build release static static-operator bench-bins bench-node bench-scale soak-bins image-offline lint lint-vagrant test test-unit test-e2e check-crds e2e-kube e2e-vagrant demo bench fuzz soak chaos image install-yaml clean
 
 all: build
 
@@ -156,6 +156,16 @@ bench:
 SCALE_DEVICES ?= 1000
 bench-scale: image-offline
 	KEEP=$(KEEP) KUBE=1.36 SCALE_DEVICES=$(SCALE_DEVICES) scripts/kube-lab/bench-scale.sh
+
+# One edge node with NODE_ATTACHMENTS (500) attachments of 4 forwards and
+# a health probe, without Kubernetes (namespaces of its own): edgelinkd's
+# RSS, fds, reconcile pass, /status and /metrics, the plugin's ADD at 500
+# against at 1 (scripts/bench/node_scale.py, docs/benchmarks.md "One node,
+# 500 attachments"). About a minute.
+NODE_ATTACHMENTS ?= 500
+bench-node: static
+	EDGELINK_BIN=$(PLUGIN) EDGELINKD_BIN=target/$(HOST)/release/edgelinkd \
+		python3 scripts/bench/node_scale.py --attachments $(NODE_ATTACHMENTS)
 
 # The bench's own programs, built like the shipped binaries (same target,
 # flags and profile: the dependencies they share are built once).
