@@ -72,6 +72,20 @@ fi
 kc -n "$OPNS" rollout status deployment/edgelink-operator --timeout 120s >/dev/null ||
   die "no edgelink-operator in the lab"
 
+# --- one kernel's neighbour tables ---------------------------------------------------------------
+# The ARP and NDP tables are the kernel's, shared by every namespace, with
+# one bound (gc_thresh3, 1024 by default): the lab's nodes are namespaces
+# of one kernel, so N proxy pods (each with the device as a neighbour) and
+# the device (with each of them) pass it at a few hundred Devices, and the
+# kernel drops what it cannot resolve ("neighbour table overflow"): the
+# health probes time out. A real node has its own kernel and its own
+# pods only. Raised for the bench, restored by `down`.
+for fam in ipv4 ipv6; do
+  raise_sysctl "net.$fam.neigh.default.gc_thresh1" 8192
+  raise_sysctl "net.$fam.neigh.default.gc_thresh2" 16384
+  raise_sysctl "net.$fam.neigh.default.gc_thresh3" 32768
+done
+
 # --- the device answers on the bench subnet too -------------------------------------------------
 ip -n "$DEV_NS" addr replace "$TARGET/21" dev eth0
 for s in "serve 8080" "serve 8081" "serve-udp 5000" "serve-http 80"; do
@@ -105,7 +119,8 @@ pid_of_pod() {
   return 1
 }
 rss_mib() { awk '/^VmRSS/ { printf "%.1f\n", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo 0; }
-cpu_s() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / t }' "/proc/$1/stat"; }
+# (0 for a process that is gone: a leader that lost its Lease exits)
+cpu_s() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / t }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 | wc -l; }
 on_kedge1() { nsenter --mount="$(node_dir kedge1)/ns/mnt" --net="/run/netns/$(node_ns kedge1)" "$@"; }
 # size and time of one GET of edgelinkd's status endpoint on kedge1
@@ -191,13 +206,26 @@ while :; do
   ((el / 1000 < WAIT)) || break
   sleep 10
 done
-m1=$(op_metrics)
-cpu1=$(cpu_s "$OP_PID")
 restarts() { kc -n "$OPNS" get pod "$LEADER" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
 say "the leader's restarts: $(restarts) (its memory limit: $(kc -n "$OPNS" get pod "$LEADER" -o jsonpath='{.spec.containers[0].resources.limits.memory}'))"
 say "all Reconciled after ${reconciled_ms:-never (in $WAIT s)} ms; all Ready after ${ready_ms:-never (in $WAIT s)} ms"
-rc_n=$(sub "$(metric "$m1" edgelink_operator_reconciles_total)" "$(metric "$m0" edgelink_operator_reconciles_total)")
-say "meanwhile: $rc_n reconciles, operator CPU $(sub "$cpu1" "$cpu0") s, peak RSS operator $peak_op MiB, edgelinkd (kedge1) $peak_elkd MiB"
+if [[ -d /proc/$OP_PID ]]; then
+  m1=$(op_metrics)
+  cpu1=$(cpu_s "$OP_PID")
+  rc_n=$(sub "$(metric "$m1" edgelink_operator_reconciles_total)" "$(metric "$m0" edgelink_operator_reconciles_total)")
+  say "meanwhile: $rc_n reconciles, operator CPU $(sub "$cpu1" "$cpu0") s, peak RSS operator $peak_op MiB, edgelinkd (kedge1) $peak_elkd MiB"
+else
+  # The leader exited (a lost Lease: the API server too slow to renew
+  # it); its counters went with it. The quiet minute is the new one's.
+  say "the leader $LEADER (pid $OP_PID) exited during the run: $(kc -n "$OPNS" get pod "$LEADER" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.reason} at {.status.containerStatuses[0].lastState.terminated.finishedAt}'); its counters went with it; peak RSS operator $peak_op MiB, edgelinkd (kedge1) $peak_elkd MiB"
+  until_leader=$((SECONDS + 120))
+  while LEADER=$(leader) && ! OP_PID=$(pid_of_pod edgelink-operator "$LEADER"); do
+    ((SECONDS < until_leader)) || die "no leader's process within 120 s"
+    sleep 2
+  done
+  LIP=$(kc -n "$OPNS" get pod "$LEADER" -o jsonpath='{.status.podIP}')
+  say "the leader now: $LEADER (pid $OP_PID, $LIP)"
+fi
 
 # --- a quiet minute ----------------------------------------------------------------------------
 say "waiting 35 s (one --resync), then a quiet ${QUIET} s"

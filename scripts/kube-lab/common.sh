@@ -204,6 +204,13 @@ save_sysctls() {
   done >"$RUN/sysctl.saved.tmp"
   mv "$RUN/sysctl.saved.tmp" "$RUN/sysctl.saved"
 }
+# raise_sysctl KEY VALUE: set a machine-wide sysctl for the lab, its value
+# before recorded beside save_sysctls' (once) so that `down` restores it.
+raise_sysctl() {
+  [[ -f $RUN/sysctl.saved ]] || save_sysctls
+  grep -q "^$1=" "$RUN/sysctl.saved" || echo "$1=$(sysctl -n "$1")" >>"$RUN/sysctl.saved"
+  sysctl -q -w "$1=$2"
+}
 restore_sysctls() {
   [[ -f $RUN/sysctl.saved ]] || return 0
   local k v

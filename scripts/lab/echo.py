@@ -32,7 +32,9 @@ def serve(host, port):
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((host, port))
-    s.listen(128)
+    # Room for bursts of connects (a kube lab's health probes of many
+    # proxies at once).
+    s.listen(4096)
 
     def handle(c):
         with c:
