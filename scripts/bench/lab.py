@@ -105,6 +105,16 @@ def raise_nofile():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+def enter(ns):
+    """The calling thread enters netns `ns` (a named one, `ip netns`)."""
+    fd = os.open("/var/run/netns/" + ns, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns " + ns)
+    finally:
+        os.close(fd)
+
+
 def in_ns(ns, fn, *args):
     """Run fn(*args) on a fresh thread that entered netns `ns` (sockets it
     makes live there; /proc/thread-self/net shows that netns)."""
@@ -112,12 +122,7 @@ def in_ns(ns, fn, *args):
 
     def run():
         try:
-            fd = os.open("/var/run/netns/" + ns, os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "setns " + ns)
-            finally:
-                os.close(fd)
+            enter(ns)
             box["v"] = fn(*args)
         except BaseException as e:  # handed to the caller
             box["e"] = e

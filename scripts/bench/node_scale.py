@@ -24,7 +24,6 @@ samples (build with CARGO_PROFILE_RELEASE_DEBUG=1 for its stacks); --strace
 FILE traces one ADD at 1 and one at N into FILE.1 and FILE.N.
 """
 import argparse
-import ctypes
 import json
 import os
 import re
@@ -37,6 +36,8 @@ import tempfile
 import time
 import urllib.request
 
+import lab  # scripts/bench/lab.py: enter()
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ELK = os.environ.get("EDGELINK_BIN", os.path.join(ROOT, "target/release/edgelink"))
 DAEMON = os.environ.get("EDGELINKD_BIN", os.path.join(ROOT, "target/release/edgelinkd"))
@@ -44,8 +45,6 @@ TAG = "elkscale-%d" % os.getpid()
 NODE, DEV = TAG + "-node", TAG + "-dev"
 DEVICE = "10.30.0.10"
 STATUS = "127.0.0.1:9312"
-libc = ctypes.CDLL("libc.so.6", use_errno=True)
-CLONE_NEWNET = 0x40000000
 
 DEVICE_PY = r"""
 import asyncio, socket
@@ -68,15 +67,6 @@ asyncio.run(main())
 
 def sh(*args, check=True):
     return subprocess.run(args, check=check, capture_output=True, text=True)
-
-
-def setns(name):
-    fd = os.open("/var/run/netns/" + name, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns " + name)
-    finally:
-        os.close(fd)
 
 
 def conf(state):
@@ -321,6 +311,8 @@ def main():
     ap.add_argument("--perf", default="")
     ap.add_argument("--strace", default="", help="strace -f -tt -T the last ADD (and one at 1) into FILE.N")
     a = ap.parse_args()
+    if a.attachments <= ROUNDS:
+        raise SystemExit("--attachments must be more than %d (the ADDs timed at N)" % ROUNDS)
     for b in (ELK, DAEMON):
         if not os.access(b, os.X_OK):
             raise SystemExit("%s missing: make static (or cargo build --release)" % b)
@@ -328,7 +320,7 @@ def main():
     state = tempfile.mkdtemp(prefix="elkscale-")
     try:
         build_lab(a.attachments, state, made, procs)
-        setns(NODE)
+        lab.enter(NODE)
         hook = Webhook()
         d = start_daemon(state, procs, hook)
         f["rss0"], f["fds0"] = proc(d.pid)
