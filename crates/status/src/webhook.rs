@@ -222,9 +222,19 @@ async fn post(
     if (200..300).contains(&code) {
         return Ok(());
     }
-    // The answer's first bytes at most: what the operator says, not
-    // whatever a misdirected URL streams back.
+    Err(refusal(addr, resp, WAIT).await)
+}
+
+/// A refusing answer: its code and its first bytes at most (what the
+/// operator says, not whatever a misdirected URL streams back), read for
+/// `wait` at most.
+async fn refusal(
+    addr: std::net::SocketAddr,
+    resp: hyper::Response<hyper::body::Incoming>,
+    wait: Duration,
+) -> Failed {
     use http_body_util::BodyExt;
+    let code = resp.status().as_u16();
     let mut body = resp.into_body();
     let mut head = Vec::new();
     let read = async {
@@ -239,7 +249,7 @@ async fn post(
             }
         }
     };
-    let _ = tokio::time::timeout(WAIT, read).await;
+    let _ = tokio::time::timeout(wait, read).await;
     let said: String = String::from_utf8_lossy(&head)
         .trim()
         .chars()
@@ -249,10 +259,10 @@ async fn post(
         401 | 403 => " (the token was refused)",
         _ => "",
     };
-    Err(Failed {
+    Failed {
         why: format!("{addr} answered {code}{why}: {said:?}"),
         code: Some(code),
-    })
+    }
 }
 
 /// Where and how often to post.
@@ -357,24 +367,33 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
             continue;
         }
         backoff = Duration::from_secs(1);
-        let due = tokio::time::Instant::now() + every;
-        // Until something is worth telling, the heartbeat, or a new URL.
-        loop {
-            tokio::select! {
-                r = changes.changed() => {
-                    if r.is_err() {
-                        return;
-                    }
-                    break;
-                }
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            if (!every.is_zero() && tokio::time::Instant::now() >= due)
-                || signature(&d.status()) != sent
-                || source.current().ok().flatten().as_deref() != Some(url.as_str())
-            {
-                break;
-            }
+        if !news(&*d, &mut changes, &source, &url, sent, every).await {
+            return;
+        }
+    }
+}
+
+/// Wait until something is worth telling (a change, `every` since the
+/// last POST, a new URL); false once the node is gone.
+async fn news(
+    d: &dyn Source,
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    source: &UrlSource,
+    url: &str,
+    sent: Vec<(String, String, String, String, String)>,
+    every: Duration,
+) -> bool {
+    let due = tokio::time::Instant::now() + every;
+    loop {
+        tokio::select! {
+            r = changes.changed() => return r.is_ok(),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        if (!every.is_zero() && tokio::time::Instant::now() >= due)
+            || signature(&d.status()) != sent
+            || source.current().ok().flatten().as_deref() != Some(url)
+        {
+            return true;
         }
     }
 }
