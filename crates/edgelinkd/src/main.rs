@@ -132,12 +132,31 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(state_dir = %args.state_dir.display(), status_addr = %args.status_addr,
         node = %d.node.name, workers = workers.len(), "edgelinkd started");
 
-    d.first_pass().await;
-    start_reports(&d)?;
-    d.serve(&mut term, &mut int).await;
+    serve(&d, &mut term, &mut int).await?;
     d.stop().await;
     socket_file.remove_if_ours();
     workers.stop();
+    Ok(())
+}
+
+/// Serve until SIGTERM or SIGINT: the heartbeat at once (the operator
+/// takes a node whose heartbeats stop for --node-lost-after as lost, and a
+/// first pass at 500 attachments takes a while), the reports once the
+/// first pass has filed what this node serves.
+async fn serve(
+    d: &std::sync::Arc<Daemon>,
+    term: &mut Signal,
+    int: &mut Signal,
+) -> anyhow::Result<()> {
+    let reports = reports(d)?;
+    if let Some((_, beat)) = &reports {
+        edgelink_status::heartbeat::start(beat.clone());
+    }
+    d.first_pass().await;
+    if let Some((hook, _)) = reports {
+        edgelink_status::webhook::start(d.node.clone(), hook)?;
+    }
+    d.serve(term, int).await;
     Ok(())
 }
 
@@ -157,36 +176,38 @@ fn open_status(
     Ok(())
 }
 
-/// The reports to edgelink-operator (the webhook and its heartbeat), once
-/// the first pass has filed what this node serves: a report before it says
-/// the node serves nothing, and the operator takes the proxies out of their
-/// Services (what a take-over did on the kube lab, check F6).
-fn start_reports(d: &std::sync::Arc<Daemon>) -> anyhow::Result<()> {
+/// The reports to edgelink-operator (the webhook) and their heartbeat,
+/// checked (the URL, the token file): none without a webhook. A report
+/// before the first pass says the node serves nothing, and the operator
+/// takes the proxies out of their Services (what a take-over did on the
+/// kube lab, check F6): the caller starts the webhook after it.
+type Reports = (
+    edgelink_status::webhook::Settings,
+    edgelink_status::heartbeat::Settings,
+);
+
+fn reports(d: &std::sync::Arc<Daemon>) -> anyhow::Result<Option<Reports>> {
     let args = &d.args;
     use edgelink_status::webhook::{self, UrlSource};
     let url = match (&args.status_webhook, &args.status_webhook_file) {
-        (Some(url), _) => Some(UrlSource::Fixed(url.clone())),
-        (None, Some(file)) => Some(UrlSource::File(file.clone())),
-        (None, None) => None,
+        (Some(url), _) => UrlSource::Fixed(url.clone()),
+        (None, Some(file)) => UrlSource::File(file.clone()),
+        (None, None) => return Ok(None),
     };
-    if let Some(url) = url {
-        webhook::start(
-            d.node.clone(),
-            webhook::Settings {
-                url: url.clone(),
-                token_file: args.status_webhook_token_file.clone(),
-                interval: args.status_webhook_interval,
-            },
-        )?;
-        edgelink_status::heartbeat::start(edgelink_status::heartbeat::Settings {
-            url,
-            token_file: args.status_webhook_token_file.clone(),
-            node: d.node.status().node,
-            every: args.status_webhook_heartbeat,
-            grants: d.node.grants.clone(),
-        });
-    }
-    Ok(())
+    let hook = webhook::Settings {
+        url: url.clone(),
+        token_file: args.status_webhook_token_file.clone(),
+        interval: args.status_webhook_interval,
+    };
+    webhook::check(&hook)?;
+    let beat = edgelink_status::heartbeat::Settings {
+        url,
+        token_file: args.status_webhook_token_file.clone(),
+        node: d.node.status().node,
+        every: args.status_webhook_heartbeat,
+        grants: d.node.grants.clone(),
+    };
+    Ok(Some((hook, beat)))
 }
 
 type Listeners = (tokio::net::UnixListener, tokio::net::TcpListener);

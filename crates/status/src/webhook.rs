@@ -275,13 +275,19 @@ pub struct Settings {
     pub interval: Duration,
 }
 
-/// Start the webhook task; a URL given now must be usable, and the token
-/// file readable.
-pub fn start(d: Arc<dyn Source>, settings: Settings) -> Result<(), Error> {
+/// Whether the settings can be used: a URL given now must be usable, and
+/// the token file readable.
+pub fn check(settings: &Settings) -> Result<(), Error> {
     if let Ok(Some(url)) = settings.url.current() {
         parse(&url)?;
     }
     token(&settings.token_file)?;
+    Ok(())
+}
+
+/// Start the webhook task, once [`check`]ed.
+pub fn start(d: Arc<dyn Source>, settings: Settings) -> Result<(), Error> {
+    check(&settings)?;
     tokio::spawn(run(d, settings));
     Ok(())
 }
