@@ -47,8 +47,8 @@ impl Daemon {
 
     /// The first pass: what was handed over is filed under its records
     /// (what no record claims is reset) and every record is served. Run
-    /// before anything reports this node (the webhook, the heartbeat): a
-    /// report before it would say the node serves nothing.
+    /// before the webhook's first report: one before it would say the node
+    /// serves nothing.
     pub async fn first_pass(&self) {
         let d = &self.node;
         d.reconcile().await;
