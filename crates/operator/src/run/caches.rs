@@ -241,9 +241,9 @@ pub struct Applied(Mutex<HashMap<ObjectKey, (u64, String)>>);
 pub type ObjectKey = (String, String, String);
 
 /// The version of an object that tells whether somebody changed what the
-/// operator applied: its generation where it has one (a StatefulSet's
-/// status updates do not move it; an edit of its spec does), else its
-/// resourceVersion (a Service, a NAD).
+/// operator applied: its generation where it has one (a StatefulSet, a
+/// NAD as every custom resource: status updates do not move it, an edit
+/// of its spec does), else its resourceVersion (a Service).
 pub fn version(meta: &kube::api::ObjectMeta) -> Option<String> {
     meta.generation
         .map(|g| format!("generation {g}"))
