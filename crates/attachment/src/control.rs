@@ -1,8 +1,11 @@
 //! The daemon's control socket, `<stateDir>/edgelinkd.sock` (a unix stream
 //! socket, mode 0600): one request line, one reply line, then close.
 //!
-//! - `rescan` → `ok`: re-read the records now (the plugin sends it after
-//!   writing or removing a record; the daemon also watches the directory).
+//! - `rescan <containerID> <ifname>` → `ok`: re-read that attachment's
+//!   record now (the plugin sends it after writing or removing the record;
+//!   the daemon also watches the directory). A daemon from before this
+//!   form answers an error and goes by its watch of the directory.
+//! - `rescan` → `ok`: re-read every record now.
 //! - `check <containerID> <ifname>` → a [`CheckReply`] as JSON: whether
 //!   the daemon serves the attachment's forwards (the plugin's CHECK).
 //! - `reap <ifindex> <name> <netns path>` → `ok` once the link is found
@@ -21,8 +24,13 @@ pub const DAEMON_SOCKET: &str = "edgelinkd.sock";
 /// One request line, as the daemon reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// `rescan`.
+    /// `rescan`: every record.
     Rescan,
+    /// `rescan <containerID> <ifname>`: the record of one attachment.
+    RescanRecord {
+        container_id: String,
+        ifname: String,
+    },
     /// `check <containerID> <ifname>`.
     Check {
         container_id: String,
@@ -41,7 +49,7 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     #[error(
-        "expected `rescan`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
+        "expected `rescan [<containerID> <ifname>]`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
     )]
     Unknown,
     #[error("expected `reap <ifindex> <name> <netns>`")]
@@ -75,9 +83,13 @@ impl Request {
             });
         }
         let mut words = line.split_whitespace();
-        match (words.next(), words.next(), words.next()) {
-            (Some("rescan"), None, None) => Ok(Request::Rescan),
-            (Some("check"), Some(cid), Some(ifname)) => Ok(Request::Check {
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("rescan"), None, None, None) => Ok(Request::Rescan),
+            (Some("rescan"), Some(cid), Some(ifname), None) => Ok(Request::RescanRecord {
+                container_id: cid.to_string(),
+                ifname: ifname.to_string(),
+            }),
+            (Some("check"), Some(cid), Some(ifname), None) => Ok(Request::Check {
                 container_id: cid.to_string(),
                 ifname: ifname.to_string(),
             }),
@@ -89,6 +101,10 @@ impl Request {
     pub fn line(&self) -> String {
         match self {
             Request::Rescan => "rescan".to_string(),
+            Request::RescanRecord {
+                container_id,
+                ifname,
+            } => format!("rescan {container_id} {ifname}"),
             Request::Check {
                 container_id,
                 ifname,
@@ -188,16 +204,21 @@ impl Reaper {
     }
 }
 
-/// Tell a running daemon to re-read the records now. Best effort: no
-/// daemon, or a busy one, is not an error (it watches the directory too).
-pub fn nudge_daemon(state_dir: &Path) {
+/// Tell a running daemon to re-read the record of (container ID, ifname)
+/// now. Best effort: no daemon, or a busy one, is not an error (it
+/// watches the directory too).
+pub fn nudge_daemon(state_dir: &Path, container_id: &str, ifname: &str) {
     let path = state_dir.join(DAEMON_SOCKET);
     if !path.exists() {
         return;
     }
+    let request = Request::RescanRecord {
+        container_id: container_id.to_string(),
+        ifname: ifname.to_string(),
+    };
     if let Ok(mut s) = UnixStream::connect(&path) {
         let _ = s.set_write_timeout(Some(Duration::from_millis(50)));
-        let _ = s.write_all(format!("{}\n", Request::Rescan.line()).as_bytes());
+        let _ = s.write_all(format!("{}\n", request.line()).as_bytes());
     }
 }
 
@@ -237,7 +258,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_three_requests_as_the_daemon_always_did() {
+    fn parses_the_requests_as_the_daemon_always_did_and_the_keyed_rescan() {
         assert_eq!(Request::parse("rescan\n"), Ok(Request::Rescan));
         assert_eq!(Request::parse("  rescan \r\n"), Ok(Request::Rescan));
         assert_eq!(
@@ -256,7 +277,22 @@ mod tests {
                 netns: "/run/netns/a b".into()
             })
         );
+        assert_eq!(
+            Request::parse("rescan c1 net1\n"),
+            Ok(Request::RescanRecord {
+                container_id: "c1".into(),
+                ifname: "net1".into()
+            })
+        );
         assert_eq!(Request::parse("rescan now"), Err(RequestError::Unknown));
+        assert_eq!(
+            Request::parse("rescan c1 net1 x"),
+            Err(RequestError::Unknown)
+        );
+        assert_eq!(
+            Request::parse("check c1 net1 x"),
+            Err(RequestError::Unknown)
+        );
         assert_eq!(Request::parse("check c1"), Err(RequestError::Unknown));
         assert_eq!(Request::parse("reap\n"), Err(RequestError::Unknown));
         assert_eq!(
@@ -278,7 +314,7 @@ mod tests {
         );
         assert_eq!(
             format!("error: {}", RequestError::Unknown),
-            "error: expected `rescan`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
+            "error: expected `rescan [<containerID> <ifname>]`, `check <containerID> <ifname>`, `reap <ifindex> <name> <netns>` or `handover`"
         );
     }
 
@@ -286,6 +322,10 @@ mod tests {
     fn what_the_plugin_sends_is_read_back_the_same() {
         for r in [
             Request::Rescan,
+            Request::RescanRecord {
+                container_id: "0123abc".into(),
+                ifname: "net1".into(),
+            },
             Request::Check {
                 container_id: "0123abc".into(),
                 ifname: "net1".into(),

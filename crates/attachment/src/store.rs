@@ -181,6 +181,30 @@ impl RecordStore {
         }
     }
 
+    /// The file name of (container ID, ifname)'s record in the directory.
+    pub fn file_name(container_id: &str, ifname: &str) -> String {
+        naming::record_name(container_id, ifname)
+    }
+
+    /// Whether `file_name` is a record's (not a temp file of a write in
+    /// progress, nor anything else in the directory).
+    pub fn is_record_name(file_name: &str) -> bool {
+        !file_name.starts_with('.') && file_name.ends_with(RECORD_SUFFIX)
+    }
+
+    /// The record in the file `file_name` of the directory as it is now
+    /// (`None`: no such file). A record under its old name is returned as
+    /// it is, not moved ([`RecordStore::list`] moves it): the caller
+    /// compares the name with [`RecordStore::file_name`] of its content.
+    pub fn read_file(&self, file_name: &str) -> Result<Option<Record>, RecordError> {
+        let path = self.dir.join(file_name);
+        match fs::read(&path) {
+            Ok(bytes) => parse(&path, &bytes).map(Some),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(RecordError::Io { path, source: e }),
+        }
+    }
+
     /// Remove the record of (container ID, ifname), under its old name too.
     /// Absent is fine: returns false.
     pub fn remove(&self, container_id: &str, ifname: &str) -> Result<bool, RecordError> {

@@ -1,5 +1,5 @@
 //! The control socket `<stateDir>/edgelinkd.sock` (mode 0600): `rescan`
-//! from the plugin after it wrote or removed a record, `check` from the
+//! (of one record) from the plugin after it wrote or removed it, `check` from the
 //! plugin's CHECK, `reap` from its DEL. The protocol lives in
 //! `edgelink_attachment::control`.
 
@@ -104,7 +104,14 @@ pub async fn serve(l: UnixListener, d: Arc<Daemon>) {
             }
             let answer = match Request::parse(&line) {
                 Ok(Request::Rescan) => {
-                    d.node.nudge.notify_one();
+                    d.node.ask_pass();
+                    "ok".to_string()
+                }
+                Ok(Request::RescanRecord {
+                    container_id,
+                    ifname,
+                }) => {
+                    d.node.ask_record(&container_id, &ifname);
                     "ok".to_string()
                 }
                 Ok(Request::Check {

@@ -58,9 +58,9 @@ impl Daemon {
         }
     }
 
-    /// After [`Daemon::first_pass`]: reconcile on every nudge (a record
-    /// changed, a request of the plugin) and every `--reconcile-interval`,
-    /// until SIGTERM or SIGINT.
+    /// After [`Daemon::first_pass`]: a pass over what changed on every
+    /// nudge (a record changed, a request of the plugin) and a full pass
+    /// every `--reconcile-interval`, until SIGTERM or SIGINT.
     pub async fn serve(&self, term: &mut Signal, int: &mut Signal) {
         let d = &self.node;
         loop {
@@ -68,12 +68,12 @@ impl Daemon {
                 _ = d.nudge.notified() => {
                     // Let a burst of record changes settle into one pass.
                     tokio::time::sleep(Duration::from_millis(20)).await;
+                    d.reconcile_asked().await;
                 }
-                _ = tokio::time::sleep(self.args.reconcile_interval) => {}
+                _ = tokio::time::sleep(self.args.reconcile_interval) => d.reconcile().await,
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
-            d.reconcile().await;
         }
     }
 

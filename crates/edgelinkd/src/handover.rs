@@ -110,7 +110,7 @@ pub async fn give(
     take_back(d, items);
     drop(pass);
     d.gate.served_on();
-    d.node.nudge.notify_one();
+    d.node.ask_pass();
 }
 
 /// The `handover` line answered, then the new daemon's Hello.

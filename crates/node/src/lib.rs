@@ -10,6 +10,8 @@
 //!
 //! - [`Node`] (node.rs): the set, and what acts on all of it.
 //! - pass.rs: one reconcile pass ([`Node::reconcile`]).
+//! - asked.rs: what the next pass looks at (every record, or those that
+//!   changed: [`Node::reconcile_records`]).
 //! - start.rs: starting an attachment, retrying what failed.
 //! - attachment.rs: one served [`Attachment`].
 //! - provenance.rs: whether a record's netns path still names its pod's.
@@ -23,6 +25,7 @@
 //!   [`edgelink_status::Source`] the status surface reads.
 //! - [`watch`]: inotify on the records, to reconcile at once.
 
+mod asked;
 mod attachment;
 pub mod delegate;
 pub mod kernel;

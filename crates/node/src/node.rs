@@ -50,6 +50,16 @@ pub struct Settings {
     pub operator_grants: bool,
 }
 
+/// The passes asked for since the last one began (asked.rs).
+#[derive(Debug, Default)]
+pub(crate) struct Asked {
+    /// A full pass (a plain `rescan`, a hand-over that failed, a worker
+    /// replaced, inotify overflowed).
+    pub(crate) all: bool,
+    /// Record file names that changed.
+    pub(crate) names: std::collections::BTreeSet<String>,
+}
+
 /// Every attachment this node serves, kept equal to the records on disk
 /// by [`Node::reconcile`].
 pub struct Node {
@@ -64,8 +74,11 @@ pub struct Node {
     pub(crate) malformed: Mutex<Vec<MalformedRecord>>,
     pub(crate) reclaimer: Reclaimer,
     pub last_reconcile: AtomicU64,
-    /// How long the last pass took (µs).
+    /// How long the last full pass took (µs).
     pub last_pass_micros: AtomicU64,
+    /// Full passes, and passes over the records that changed.
+    pub full_passes: AtomicU64,
+    pub record_passes: AtomicU64,
     /// Links the plugin's DEL retired and this daemon deleted.
     pub reaped: AtomicU64,
     /// Upstream TCP sockets taken ready from a `--socket-pool`.
@@ -75,8 +88,10 @@ pub struct Node {
     /// again: /status never shows a replacement with listeners that are
     /// still gone but reported `listening`.
     pub(crate) worker_replacements: AtomicU64,
-    /// Wakes the reconcile loop (inotify, control socket).
+    /// Wakes the reconcile loop (inotify, control socket), for what
+    /// `asked` holds.
     pub nudge: Notify,
+    pub(crate) asked: Mutex<Asked>,
     /// Bumped whenever attachments or forward states change (webhook).
     pub changes: watch::Sender<u64>,
     /// One reconcile pass at a time.
@@ -124,11 +139,14 @@ impl Node {
             reclaimer,
             last_reconcile: AtomicU64::new(0),
             last_pass_micros: AtomicU64::new(0),
+            full_passes: AtomicU64::new(0),
+            record_passes: AtomicU64::new(0),
             reaped: AtomicU64::new(0),
             pool_taken: Arc::new(AtomicU64::new(0)),
             draining: AtomicBool::new(false),
             worker_replacements: AtomicU64::new(0),
             nudge: Notify::new(),
+            asked: Mutex::default(),
             changes: watch::channel(0).0,
             pass: tokio::sync::Mutex::new(()),
             warnings: Mutex::new(Vec::new()),

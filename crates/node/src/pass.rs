@@ -3,7 +3,7 @@
 //! netns is gone are reclaimed ([`crate::reclaim`]), and reservations
 //! without a record are collected.
 
-use crate::attachment::Key;
+use crate::attachment::{Attachment, Key};
 use crate::node::Node;
 use edgelink_attachment::{Record, RecordError, RecordStore};
 use edgelink_netns::{Netns, NetnsError};
@@ -104,6 +104,7 @@ impl Node {
         self.last_reconcile.store(now(), Ordering::Relaxed);
         self.last_pass_micros
             .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.full_passes.fetch_add(1, Ordering::Relaxed);
         if changed {
             self.changed();
         }
@@ -124,19 +125,31 @@ impl Node {
             .collect();
         let mut changed = false;
         for k in stale {
-            let removed = self.map().remove(&k);
-            if let Some(a) = removed {
-                tracing::info!(container = %k.0, ifname = %k.1, "attachment removed: closing its listeners");
-                a.stop().await;
-                changed = true;
-            }
+            changed |= self.stop_if(&k, |_| true).await;
         }
         changed
     }
 
+    /// Stop attachment `k` if it is served and `stale` says so.
+    pub(crate) async fn stop_if(&self, k: &Key, stale: impl Fn(&Attachment) -> bool) -> bool {
+        let removed = {
+            let mut map = self.map();
+            match map.get(k) {
+                Some(a) if stale(a) => map.remove(k),
+                _ => None,
+            }
+        };
+        let Some(a) = removed else {
+            return false;
+        };
+        tracing::info!(container = %k.0, ifname = %k.1, "attachment removed: closing its listeners");
+        a.stop().await;
+        true
+    }
+
     /// One record: served (started, or its failed forwards retried), or
     /// reclaimed when its netns is gone. Returns whether anything changed.
-    async fn serve_or_reclaim(self: &Arc<Self>, k: Key, rec: Record) -> bool {
+    pub(crate) async fn serve_or_reclaim(self: &Arc<Self>, k: Key, rec: Record) -> bool {
         let running = self.map().get(&k).map(|a| a.netns_id);
         let opened = Netns::open(&rec.netns);
         if let Some(why) = crate::provenance::elsewhere(&rec, &opened) {
@@ -193,7 +206,7 @@ impl Node {
     /// With a kernel-path forward on the node, whether the node's conntrack
     /// table has room (`--conntrack-min`, 90% full): a warning in /status
     /// when it does not. Returns whether the warnings changed.
-    fn check_conntrack(&self) -> bool {
+    pub(crate) fn check_conntrack(&self) -> bool {
         let kernel = self.map().values().any(|a| a.kernel.is_some());
         let now: Vec<String> = if kernel {
             match edgelink_kernel_path::conntrack_headroom(self.settings.conntrack_min) {

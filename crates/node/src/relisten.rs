@@ -14,7 +14,7 @@ impl Node {
     pub fn worker_died(&self, slot: usize) {
         self.listen_again_on(Some(slot), &format!("worker {slot} died: listening again"));
         self.worker_replacements.fetch_add(1, Ordering::Relaxed);
-        self.nudge.notify_one();
+        self.ask_pass();
     }
 
     /// The relay forwards that were listening on worker `slot` (`None`:

@@ -82,6 +82,8 @@ impl Source for Node {
             socket_pool_taken: self.pool_taken.load(Ordering::Relaxed),
             pipes_in_use: self.pipes.stats().in_use as i64,
             last_pass_seconds: self.last_pass_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            full_passes: self.full_passes.load(Ordering::Relaxed),
+            record_passes: self.record_passes.load(Ordering::Relaxed),
         }
     }
 

@@ -1,9 +1,10 @@
 //! Notice new and removed attachment records at once: inotify on
-//! `<stateDir>/attachments/` wakes the reconcile loop.
+//! `<stateDir>/attachments/` asks for a pass over the files it names (a
+//! full pass when it lost events).
 
 use crate::node::Node;
 use futures_util::StreamExt;
-use inotify::{Inotify, WatchMask};
+use inotify::{EventMask, Inotify, WatchMask};
 use std::sync::Arc;
 
 pub fn start(d: Arc<Node>) -> std::io::Result<()> {
@@ -24,15 +25,12 @@ pub fn start(d: Arc<Node>) -> std::io::Result<()> {
     tokio::spawn(async move {
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(e) => {
-                    let temp = e
-                        .name
-                        .as_ref()
-                        .is_some_and(|n| n.to_string_lossy().starts_with('.'));
-                    if !temp {
-                        d.nudge.notify_one();
+                Ok(e) => match e.name {
+                    Some(name) if !e.mask.contains(EventMask::Q_OVERFLOW) => {
+                        d.ask_file(name.to_string_lossy().into_owned())
                     }
-                }
+                    _ => d.ask_pass(),
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "inotify failed; relying on the periodic rescan");
                     return;

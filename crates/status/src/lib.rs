@@ -57,8 +57,12 @@ pub struct Gauges {
     pub socket_pool_taken: u64,
     /// Splice pipes holding data in flight.
     pub pipes_in_use: i64,
-    /// How long the last reconcile pass took, in seconds.
+    /// How long the last full reconcile pass took, in seconds.
     pub last_pass_seconds: f64,
+    /// Reconcile passes over every record.
+    pub full_passes: u64,
+    /// Passes over the records that changed (ADD, DEL, inotify).
+    pub record_passes: u64,
 }
 
 /// What the status surface's own work can fail with.

@@ -402,6 +402,33 @@ fn register_sent(reg: &mut Registry) {
     }
 }
 
+/// The reconcile passes: how long the last full one took, how many of each.
+fn register_passes(reg: &mut Registry, node: Gauges) {
+    let pass: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+    pass.set(node.last_pass_seconds);
+    reg.register(
+        "reconcile_pass_seconds",
+        "How long the last full reconcile pass took (every record listed, each attachment checked)",
+        pass,
+    );
+    for (name, help, v) in [
+        (
+            "reconcile_full_passes",
+            "Reconcile passes over every record (the first, the periodic one, a plain rescan)",
+            node.full_passes,
+        ),
+        (
+            "reconcile_record_passes",
+            "Passes over only the records that changed (the plugin's ADD and DEL, inotify)",
+            node.record_passes,
+        ),
+    ] {
+        let c: Counter = Counter::default();
+        c.inc_by(v);
+        reg.register(name, help, c);
+    }
+}
+
 /// The node's own series, and the binary's build.
 fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str) {
     use Figure::{Counter as C, Gauge as G};
@@ -466,13 +493,7 @@ fn register_node(reg: &mut Registry, status: &Status, node: Gauges, commit: &str
             }
         }
     }
-    let pass: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
-    pass.set(node.last_pass_seconds);
-    reg.register(
-        "reconcile_pass_seconds",
-        "How long the last reconcile pass took (every record listed, each attachment checked)",
-        pass,
-    );
+    register_passes(reg, node);
     register_sent(reg);
     reg.register(
         "build",

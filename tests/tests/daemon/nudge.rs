@@ -122,3 +122,87 @@ fn the_rescan_nudge_alone_makes_the_daemon_reread_the_records() {
 
     assert!(l.daemon().running());
 }
+
+fn passes(l: &DLab) -> (f64, f64) {
+    (
+        l.metric_plain("edgelink_reconcile_full_passes_total"),
+        l.metric_plain("edgelink_reconcile_record_passes_total"),
+    )
+}
+
+fn wait_passes(l: &DLab, full: f64, what: &str) {
+    let deadline = std::time::Instant::now() + PROMPT;
+    while passes(l).0 < full {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {:?}",
+            passes(l)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The plugin's ADD and DEL name their record (`rescan <containerID>
+/// <ifname>`), and inotify names the file: the daemon serves and stops the
+/// attachment with a pass over that record alone, not over every record (at
+/// 500 attachments a full pass reads 500 records and opens 500 netns, and
+/// ran beside the next ADD of a burst). What such a pass cannot settle
+/// alone gets a full pass: a plain `rescan`, a record that does not parse.
+#[test]
+fn add_and_del_are_served_by_a_pass_over_their_record_alone() {
+    let mut l = lab(false);
+    wait_passes(&l, 1.0, "the first pass");
+    assert_eq!(passes(&l), (1.0, 0.0), "only the first pass so far");
+
+    l.add();
+    wait_back(&l, "served after ADD");
+    let (full, records) = passes(&l);
+    assert_eq!(full, 1.0, "ADD made a full pass");
+    assert!(records >= 1.0, "ADD made no pass over its record");
+
+    // Removed and written back by hand, without a nudge: inotify names
+    // the file.
+    let rec = the_record(&l);
+    let body = std::fs::read(&rec).unwrap();
+    std::fs::remove_file(&rec).unwrap();
+    wait_gone(&l, "stopped with its record removed");
+    let tmp = rec.with_file_name(".back.tmp");
+    std::fs::write(&tmp, &body).unwrap();
+    std::fs::rename(&tmp, &rec).unwrap();
+    wait_back(&l, "a record written back is served");
+    assert_eq!(
+        passes(&l).0,
+        1.0,
+        "a removed or written record made a full pass"
+    );
+
+    // A record that does not parse: a full pass, which keeps the served
+    // attachment going and reports the file.
+    std::fs::write(&tmp, b"{ torn").unwrap();
+    std::fs::rename(&tmp, &rec).unwrap();
+    l.wait_status(PROMPT, "the torn record reported", |s| {
+        s["malformedRecords"]
+            .as_array()
+            .is_some_and(|m| m.len() == 1)
+    });
+    assert_eq!(passes(&l).0, 2.0, "a torn record made no full pass");
+    l.echo_once(b"served on past a torn record");
+
+    // Fixed: a pass over it alone takes it off the list.
+    std::fs::write(&tmp, &body).unwrap();
+    std::fs::rename(&tmp, &rec).unwrap();
+    l.wait_status(PROMPT, "the fixed record no longer reported", |s| {
+        s["malformedRecords"]
+            .as_array()
+            .is_some_and(|m| m.is_empty())
+    });
+    assert_eq!(passes(&l).0, 2.0);
+
+    l.call("DEL").ok_empty();
+    wait_gone(&l, "stopped after DEL");
+    assert_eq!(passes(&l).0, 2.0, "DEL made a full pass");
+
+    assert_eq!(rescan(&l).trim(), "ok");
+    wait_passes(&l, 3.0, "a full pass after a plain rescan");
+    assert!(l.daemon().running());
+}

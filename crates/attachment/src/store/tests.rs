@@ -97,7 +97,7 @@ fn write_read_list_remove() {
 #[test]
 fn nudge_and_query_without_daemon_are_harmless() {
     let d = tempfile::tempdir().unwrap();
-    crate::nudge_daemon(d.path());
+    crate::nudge_daemon(d.path(), "c1", "net1");
     let q = crate::query_daemon(
         d.path(),
         "c1",
@@ -106,11 +106,11 @@ fn nudge_and_query_without_daemon_are_harmless() {
     );
     assert!(q.unwrap().is_none());
     let sock = std::os::unix::net::UnixListener::bind(d.path().join(crate::DAEMON_SOCKET)).unwrap();
-    crate::nudge_daemon(d.path());
+    crate::nudge_daemon(d.path(), "c1", "net1");
     let (s, _) = sock.accept().unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut line).unwrap();
-    assert_eq!(line, "rescan\n");
+    assert_eq!(line, "rescan c1 net1\n");
 }
 
 fn rec_if(cid: &str, ifname: &str) -> Record {

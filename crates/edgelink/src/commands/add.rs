@@ -234,7 +234,7 @@ fn add(
     };
     done.record = true;
     RecordStore::new(&cfg.state_dir).write(&record)?;
-    nudge_daemon(&cfg.state_dir);
+    nudge_daemon(&cfg.state_dir, &env.container_id, &env.ifname);
     tracing::debug!("record written");
 
     // 5. The Result: prevResult, amended.

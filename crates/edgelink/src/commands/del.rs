@@ -118,7 +118,7 @@ pub fn run(raw: &Value, env: &Env) -> Result<(), PluginError> {
 
     // 4. The record.
     if errs.note(records.remove(&env.container_id, &env.ifname)) == Some(true) {
-        nudge_daemon(&b.state_dir);
+        nudge_daemon(&b.state_dir, &env.container_id, &env.ifname);
     }
     errs.into_result()
 }
