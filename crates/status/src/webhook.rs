@@ -313,8 +313,9 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
     let mut changes = d.changes();
     let mut backoff = Duration::from_secs(1);
     let mut last: Option<String> = None;
-    // The URL that refused a gzip'd report (posted whole from then on).
-    let mut gzip_to: Option<String> = None;
+    // The URL that refused a gzip'd report, posted whole until then (an
+    // operator upgraded meanwhile takes gzip again).
+    let mut whole_to: Option<(String, tokio::time::Instant)> = None;
     // Why nothing is posted, as last logged (said once, not every second).
     let mut idle: Option<String> = None;
     loop {
@@ -352,7 +353,9 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
         let status = d.status();
         let sent = signature(&status);
         let json = serde_json::to_vec(&status).unwrap_or_default();
-        let gzipped = gzip_to.as_deref() != Some(url.as_str());
+        let gzipped = whole_to
+            .as_ref()
+            .is_none_or(|(u, until)| *u != url || tokio::time::Instant::now() >= *until);
         let body = if gzipped { gzip(&json) } else { json };
         crate::sent::REPORTS.add(body.len());
         let outcome = match token(&token_file) {
@@ -362,8 +365,10 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
         if let Err(e) = outcome {
             // An operator before gzip'd reports: 400 (not its JSON) or 415.
             if gzipped && matches!(e.code, Some(400 | 415)) {
-                tracing::info!(%url, answer = %e.why, "status webhook: the receiver does not take gzip'd reports: posting them whole");
-                gzip_to = Some(url.clone());
+                let again = gzip_again_after(every);
+                tracing::info!(%url, answer = %e.why, again_in = %humantime::format_duration(again),
+                    "status webhook: the receiver does not take gzip'd reports: posting them whole");
+                whole_to = Some((url.clone(), tokio::time::Instant::now() + again));
                 continue;
             }
             let e = e.why;
@@ -376,6 +381,17 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
         if !news(&*d, &mut changes, &source, &url, sent, every).await {
             return;
         }
+    }
+}
+
+/// How long a receiver that refused a gzip'd report gets them whole before
+/// gzip is tried again: ten heartbeats (100 s by default), or ten minutes
+/// without heartbeats. One refused report each time, posted whole at once.
+fn gzip_again_after(every: Duration) -> Duration {
+    if every.is_zero() {
+        Duration::from_secs(600)
+    } else {
+        every * 10
     }
 }
 

@@ -685,7 +685,8 @@ fn the_status_webhook_posts_at_least_every_interval_without_changes() {
 }
 
 /// An operator from before gzip'd reports answers one 400 (not its JSON):
-/// edgelinkd says so once and posts that URL's reports whole from then on.
+/// edgelinkd says so once and posts that URL's reports whole (until it
+/// tries gzip again, ten heartbeats later: the test below).
 #[test]
 fn a_receiver_that_refuses_gzip_gets_the_reports_whole() {
     let mut l = DLab::idle(&["--status-webhook", "http://127.0.0.1:18083/hook"]);
@@ -719,4 +720,63 @@ fn a_receiver_that_refuses_gzip_gets_the_reports_whole() {
         "{log}"
     );
     assert!(!log.contains("status webhook failed"), "{log}");
+}
+
+/// An operator upgraded after it refused a gzip'd report gets gzip again:
+/// the daemon tries it after ten heartbeats (here 10 s).
+#[test]
+fn a_receiver_upgraded_to_take_gzip_gets_it_again() {
+    let mut l = DLab::idle(&[
+        "--status-webhook",
+        "http://127.0.0.1:18084/hook",
+        "--status-webhook-interval",
+        "1",
+    ]);
+    let rx = Receiver::start(&l.lab.node, 18084);
+    rx.refuse_gzip.store(true, Ordering::Relaxed);
+    l.start_daemon();
+    l.add();
+    l.wait_serving();
+    let gzipped = |rx: &Receiver| -> Vec<bool> {
+        rx.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(h, _)| h.to_lowercase().contains("content-encoding: gzip"))
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || gzipped(&rx)
+            .iter()
+            .filter(|g| !**g)
+            .count()
+            >= 2),
+        "no whole reports: {:?}",
+        gzipped(&rx)
+    );
+    // Upgraded: gzip'd reports taken from the next try on.
+    rx.refuse_gzip.store(false, Ordering::Relaxed);
+    assert!(
+        wait_until(Duration::from_secs(20), || gzipped(&rx)
+            .iter()
+            .skip(1)
+            .any(|g| *g)),
+        "gzip never tried again: {:?}",
+        gzipped(&rx)
+    );
+    // Taken: the reports after it stay gzip'd.
+    let n = gzipped(&rx).len();
+    assert!(wait_until(Duration::from_secs(5), || gzipped(&rx).len() >= n + 2));
+    let after = gzipped(&rx);
+    let first = after.iter().skip(1).position(|g| *g).unwrap() + 1;
+    assert!(
+        after[first..].iter().all(|g| *g),
+        "whole again after gzip was taken: {after:?}"
+    );
+    let log = l.daemon().log_text();
+    assert_eq!(
+        log.matches("does not take gzip'd reports").count(),
+        1,
+        "{log}"
+    );
 }
