@@ -5,14 +5,17 @@ the plugin as a runtime drives them, in namespaces this script creates.
 N pod namespaces each get an attachment (the plugin's ADD, macvlan on the
 node's uplink, built-in IPAM) with 4 forwards (TCP 8080, 8081, 80, UDP
 5000) and a TCP health probe every 2 s, all to one device namespace
-whose listeners accept and close. Printed: the plugin's ADD latency with
-no attachment and with N once edgelinkd serves them all (medians of 15),
-the time to ADD N one after another and until edgelinkd serves them, the
-ADD at N while edgelinkd is stopped (what the plugin and the kernel cost
-alone); edgelinkd's RSS, fds and CPU; its reconcile pass (edgelink_reconcile_pass_seconds, of
-passes asked for as the plugin asks after each ADD); /status and /metrics
-size and latency; the webhook's reports (to a receiver here) on the wire
-and as JSON; DEL of all.
+whose listeners accept and close. Printed: the plugin's ADD latency on
+a node with one attachment (the one ADDed) and with N once edgelinkd
+serves them all, each ADD timed alone on a settled node (medians of 15;
+the same with edgelinkd stopped by SIGSTOP, what the plugin and the
+kernel cost without it); ADD at N in a burst (15 one after another, as
+pods arrive at once) against ADD/DEL one after another at 1; the time to
+ADD N one after another and until edgelinkd serves them, and its CPU per
+ADD meanwhile; edgelinkd's RSS, fds and CPU; its full reconcile pass
+(edgelink_reconcile_pass_seconds, of plain `rescan`s); /status and
+/metrics size and latency; the webhook's reports (to a receiver here) on
+the wire and as JSON; DEL of all.
 
 The goals of issue 25 (at 500): RSS <= 200 MiB, a pass <= 100 ms,
 /metrics <= 1 s, ADD at 500 within 1.5x ADD at 1. `make bench-scale`
@@ -218,30 +221,70 @@ def start_daemon(state, procs, webhook):
 
 # ADDs timed at 1 and at N (medians of these many).
 ROUNDS = 15
+# After an ADD or DEL: time for the pass it asks for (and the start of
+# what it added) to end before the next one is timed.
+SETTLE = 0.3
 
 
-def add_all(a, state, f):
-    """ADD at 1 (added and deleted alone, ROUNDS times), then every
-    attachment, the last ROUNDS timed: ADD at N."""
-    f["at1"] = []
+def settle():
+    """Write back what the last phase left dirty: the records and IPAM
+    files of a burst of ADDs stay dirty for 30 s (vm.dirty_expire), and
+    until then each ADD's fsync writes the inode table blocks they share
+    with it (ADD at N then cost up to 1.5x more, with or without
+    edgelinkd). Every timed phase starts from a settled node."""
+    os.sync()
+    time.sleep(1)
+
+
+def timed_rounds(state, i, d, f, key):
+    """ROUNDS times: attachment i ADDed (timed) and DELed with edgelinkd
+    running, then again with edgelinkd stopped (SIGSTOP), each after the
+    last one's pass settled: f[key] and f[key + "_stopped"]."""
+    settle()
+    f[key], f[key + "_stopped"] = [], []
     for _ in range(ROUNDS):
-        f["at1"].append(cni("ADD", state, 0))
+        time.sleep(SETTLE)
+        f[key].append(cni("ADD", state, i))
+        time.sleep(SETTLE)
+        cni("DEL", state, i)
+        time.sleep(SETTLE)
+        os.kill(d.pid, 19)
+        try:
+            f[key + "_stopped"].append(cni("ADD", state, i))
+            cni("DEL", state, i)
+        finally:
+            os.kill(d.pid, 18)
+
+
+def add_all(a, d, state, f):
+    """ADD at 1 (alone, ROUNDS times, with edgelinkd running and stopped),
+    then every attachment (the last ROUNDS timed one after another, as a
+    burst of pods arrives: each ADD asks for a pass that runs beside the
+    next ADD), and ADD at N as at 1."""
+    timed_rounds(state, 0, d, f, "at1")
+    # ADD and DEL one after another (a warm machine, as in a burst).
+    settle()
+    f["at1_warm"] = []
+    for _ in range(ROUNDS):
+        f["at1_warm"].append(cni("ADD", state, 0))
         cni("DEL", state, 0)
     if a.strace:
         cni("ADD", state, 0, ("strace", "-f", "-tt", "-T", "-o", a.strace + ".1"))
         cni("DEL", state, 0)
     n = a.attachments
-    t = time.perf_counter()
+    t, c = time.perf_counter(), cpu_seconds(d.pid)
     for i in range(n - ROUNDS):
         cni("ADD", state, i)
     f["up"] = time.perf_counter() - t
+    f["up_cpu"] = cpu_seconds(d.pid) - c
     # ADD at N on a node that serves N: once edgelinkd has caught up with
-    # the burst (each ADD asks for a pass, and a pass starts what is new;
-    # ADDs timed while it still starts hundreds cost 3-4x).
+    # the burst (ADDs timed while it still starts hundreds cost 3-4x).
     wait_serving(n - ROUNDS)
     f["served"] = time.perf_counter() - t
     time.sleep(3)
-    f["atn"] = [cni("ADD", state, i) for i in range(n - ROUNDS, n)]
+    timed_rounds(state, n - 1, d, f, "atn")
+    settle()
+    f["burst"] = [cni("ADD", state, i) for i in range(n - ROUNDS, n)]
     if a.strace:
         cni("DEL", state, n - 1)
         cni("ADD", state, n - 1, ("strace", "-f", "-tt", "-T", "-o", a.strace + ".%d" % n))
@@ -280,19 +323,6 @@ def sample(a, d, state, f):
     f["rss"], f["fds"] = proc(d.pid)
 
 
-def paused_adds(a, d, state, f):
-    """The last ADDs again with edgelinkd stopped: what the plugin and the
-    kernel cost at N, without the daemon's work beside them."""
-    f["paused"] = []
-    os.kill(d.pid, 19)
-    try:
-        for i in range(a.attachments - ROUNDS, a.attachments):
-            cni("DEL", state, i)
-            f["paused"].append(cni("ADD", state, i))
-    finally:
-        os.kill(d.pid, 18)
-
-
 def report(n, f):
     med = statistics.median
     at1 = med(f["at1"])
@@ -308,8 +338,15 @@ def report(n, f):
     print("  ADD at 1: %.1f ms, at %d: %.1f ms (%.2fx); %d ADDed in %.1f s, served after %.1f s;"
           " all DEL in %.1f s" % (at1 * 1000, n, med(f["atn"]) * 1000, med(f["atn"]) / at1,
                                   n - ROUNDS, f["up"], f["served"], f["down"]))
-    print("  ADD at %d with edgelinkd stopped (SIGSTOP): %.1f ms (%.2fx ADD at 1)"
-          % (n, med(f["paused"]) * 1000, med(f["paused"]) / at1))
+    print("  edgelinkd's CPU while the %d were ADDed: %.2f ms per ADD"
+          % (n - ROUNDS, f["up_cpu"] * 1000 / (n - ROUNDS)))
+    at1s = med(f["at1_stopped"])
+    print("  the same with edgelinkd stopped (SIGSTOP): at 1 %.1f ms, at %d %.1f ms (%.2fx)"
+          % (at1s * 1000, n, med(f["atn_stopped"]) * 1000, med(f["atn_stopped"]) / at1s))
+    warm = med(f["at1_warm"])
+    print("  ADD at %d in a burst (%d one after another, each pass beside the next ADD):"
+          " %.1f ms (%.2fx ADD at 1 in ADD/DEL one after another, %.1f ms)"
+          % (n, ROUNDS, med(f["burst"]) * 1000, med(f["burst"]) / warm, warm * 1000))
     k, wire, whole = f["hook"]
     if k:
         print("  webhook: %d reports while sampling, %.2f MB each on the wire (%.2f MB of JSON)"
@@ -336,13 +373,12 @@ def main():
         hook = Webhook()
         d = start_daemon(state, procs, hook)
         f["rss0"], f["fds0"] = proc(d.pid)
-        add_all(a, state, f)
+        add_all(a, d, state, f)
         time.sleep(3)
         r0 = (hook.reports, hook.wire, hook.json)
         sample(a, d, state, f)
         f["hook"] = (hook.reports - r0[0], hook.wire - r0[1], hook.json - r0[2])
         hook.close()
-        paused_adds(a, d, state, f)
         t = time.perf_counter()
         for i in range(a.attachments):
             cni("DEL", state, i)
