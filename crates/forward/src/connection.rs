@@ -8,7 +8,7 @@ use crate::protect::{Admission, Place, Protection, Turn};
 use crate::runtime::ForwardRuntime;
 use crate::sockopt;
 use edgelink_handover::lot::{Guard, Item, ParkedConn, Pending};
-use edgelink_relay::{Counters, Relayed, TcpRelayConfig};
+use edgelink_relay::{relay_tcp, Counters, Relayed, TcpRelayConfig};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
@@ -104,73 +104,123 @@ impl Drop for ResetUnlessDone {
 /// Serve an accepted client: `ends` are its addresses as they were at
 /// accept (its PROXY protocol header names them); `entry` how it comes to
 /// its place under `maxConnections`.
-pub(crate) async fn connection(
+///
+/// Two futures one after the other ([`setup`], then [`Relay::run`]), not
+/// one `async fn`: the task holds the larger of the two, not both, and
+/// this is every relayed connection's task (an idle one's too).
+pub(crate) fn connection(
     client: tokio::net::TcpStream,
     ends: Ends,
-    ctx: Ctx,
+    ctx: Arc<Ctx>,
     slot: Slot,
     guard: Guard,
     entry: Entry,
-) {
-    let f = &ctx.forward;
-    let c = &f.counters;
-    Counters::inc(&c.total);
-    let reset = |client: &tokio::net::TcpStream| {
-        let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
-    };
-    // A token of its own, cancelled with the daemon's: every wait of the
-    // relay registers with it, and the daemon-wide one is not a lock all
-    // connections of all workers contend for.
-    let park = ctx.shared.lot.token().child_token();
-    // Admission under `maxConnections` (first in, first out; the place is
-    // held until the relay ends), then the connect. A hand-over meanwhile
-    // takes the client as it is, with its place or its wait: the next
-    // daemon connects it, or queues it again in its turn. The attachment
-    // gone meanwhile: reset, the target never dialed.
-    // A connection handed over while it waited was accepted by the daemon
-    // before, whose listener may not have carried the relay's options.
-    let handed = matches!(entry, Entry::Handed(..));
-    let (turn, since) = entry.turn(&f.protection);
-    let mut admitted = false;
-    let mut close = ctx.close.clone();
-    let setup = tokio::select! {
-        biased;
-        () = park.cancelled() => None,
-        _ = close.wait_for(|c| *c) => Some(Setup::Refused),
-        r = admit_and_connect(&ctx, &client, ends, turn, &mut admitted) => Some(r),
-    };
-    let Some(setup) = setup else {
-        let queued_since = (!admitted).then_some(since);
-        match client.into_std() {
-            Ok(client) => ctx.shared.lot.park(Item::Conn(
-                ctx.id(),
-                ParkedConn::Pending(Pending {
-                    client,
-                    queued_since,
-                }),
-            )),
-            Err(e) => tracing::debug!(error = %e, "cannot hand a waiting connection over"),
+) -> impl std::future::Future<Output = ()> + Send {
+    use futures_util::future::{Either, FutureExt};
+    setup(client, ends, ctx, slot, guard, entry).then(|next| match next {
+        Some(relay) => Either::Left(relay.run()),
+        None => Either::Right(std::future::ready(())),
+    })
+}
+
+/// A connection admitted and connected: what its relay needs.
+struct Relay {
+    ctx: Arc<Ctx>,
+    client: tokio::net::TcpStream,
+    upstream: tokio::net::TcpStream,
+    held: (Slot, Guard, Option<Place>),
+    park: tokio_util::sync::CancellationToken,
+    handed: bool,
+}
+
+/// Admission under `maxConnections`, then the connect: the relay to run,
+/// or `None` when the connection ended here (refused, left, handed over).
+// Not an `async fn`: it would keep its arguments twice (rust-lang/rust#62958).
+#[allow(clippy::manual_async_fn)]
+fn setup(
+    client: tokio::net::TcpStream,
+    ends: Ends,
+    ctx: Arc<Ctx>,
+    slot: Slot,
+    guard: Guard,
+    entry: Entry,
+) -> impl std::future::Future<Output = Option<Relay>> + Send {
+    async move {
+        let f = &ctx.forward;
+        Counters::inc(&f.counters.total);
+        // A token of its own, cancelled with the daemon's: every wait of the
+        // relay registers with it, and the daemon-wide one is not a lock all
+        // connections of all workers contend for.
+        let park = ctx.shared.lot.token().child_token();
+        // Admission under `maxConnections` (first in, first out; the place is
+        // held until the relay ends), then the connect. A hand-over meanwhile
+        // takes the client as it is, with its place or its wait: the next
+        // daemon connects it, or queues it again in its turn. The attachment
+        // gone meanwhile: reset, the target never dialed.
+        // A connection handed over while it waited was accepted by the daemon
+        // before, whose listener may not have carried the relay's options.
+        let handed = matches!(entry, Entry::Handed(..));
+        let (turn, since) = entry.turn(&f.protection);
+        let mut admitted = false;
+        let mut close = ctx.close.clone();
+        let setup = tokio::select! {
+            biased;
+            () = park.cancelled() => None,
+            _ = close.wait_for(|c| *c) => Some(Setup::Refused),
+            // Boxed: the wait for a place and the connect (1.3 KiB) would
+            // otherwise stay in the future of every relayed connection.
+            r = Box::pin(admit_and_connect(&ctx, &client, ends, turn, &mut admitted)) => Some(r),
+        };
+        let Some(setup) = setup else {
+            let queued_since = (!admitted).then_some(since);
+            match client.into_std() {
+                Ok(client) => ctx.shared.lot.park(Item::Conn(
+                    ctx.id(),
+                    ParkedConn::Pending(Pending {
+                        client,
+                        queued_since,
+                    }),
+                )),
+                Err(e) => tracing::debug!(error = %e, "cannot hand a waiting connection over"),
+            }
+            drop((slot, guard));
+            return None;
+        };
+        match setup {
+            Setup::Go(permit, upstream) => Some(Relay {
+                ctx,
+                client,
+                upstream,
+                held: (slot, guard, permit),
+                park,
+                handed,
+            }),
+            Setup::Refused => {
+                let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                None
+            }
+            Setup::Left => None,
         }
-        drop((slot, guard));
-        return;
-    };
-    let (permit, upstream) = match setup {
-        Setup::Go(permit, upstream) => (permit, upstream),
-        Setup::Refused => return reset(&client),
-        Setup::Left => return,
-    };
-    let mut cfg = relay_config(&ctx);
-    cfg.prepared &= !handed;
-    let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
-    let pipes = ctx.shared.pipes.clone();
-    let run = std::pin::pin!(edgelink_relay::relay_tcp(
-        client, upstream, &pipes, c, &cfg, &park
-    ));
-    finish(
-        &ctx,
-        relay(run, fds, ctx.close.clone()).await,
-        (slot, guard, permit),
-    );
+    }
+}
+
+impl Relay {
+    /// Relay until the connection ends, is parked for a hand-over, or its
+    /// attachment goes (both legs reset).
+    #[allow(clippy::manual_async_fn)] // See `setup`.
+    fn run(self) -> impl std::future::Future<Output = ()> + Send {
+        // The fields are used where they lie: moved into locals, they would
+        // take their room twice in this future.
+        async move {
+            let mut cfg = relay_config(&self.ctx);
+            cfg.prepared &= !self.handed;
+            let fds = [self.client.as_raw_fd(), self.upstream.as_raw_fd()];
+            let (c, pipes) = (&self.ctx.forward.counters, &self.ctx.shared.pipes);
+            let run = relay_tcp(self.client, self.upstream, pipes, c, &cfg, &self.park);
+            let r = relay(std::pin::pin!(run), fds, self.ctx.close.clone()).await;
+            finish(&self.ctx, r, self.held);
+        }
+    }
 }
 
 /// How admission and the connect ended.
@@ -504,9 +554,10 @@ mod tests {
             ));
             let run_size = std::mem::size_of_val(&*run);
             let outer = std::mem::size_of_val(&relay(run.as_mut(), fds, close));
-            // 2736 in a release build, 2800 in a debug one (rustc 1.95);
-            // 2984 with `unless_parked` holding its future twice.
-            let bound = 2900;
+            // 712 in a release build, 728 in a debug one (rustc 1.95): the
+            // directions live in a box only while bytes move
+            // (edgelink-relay's tcp/doze.rs); 2736 when they stayed.
+            let bound = 800;
             eprintln!("relay_tcp {run_size} bytes, relay {outer} bytes (bound {bound})");
             assert!(
                 run_size + outer <= bound,

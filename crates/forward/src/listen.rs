@@ -192,6 +192,8 @@ async fn accept_loop(
     settled: std::time::Instant,
 ) {
     let v6 = listener.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+    // What every connection of this loop shares (one copy, not one each).
+    let shared = Arc::new(ctx.clone_for());
     let mut warned: Option<std::time::Instant> = None;
     let park = ctx.shared.lot.token();
     loop {
@@ -243,21 +245,18 @@ async fn accept_loop(
         let Some((ends, slot)) = admit(&ctx, &client, peer, v6) else {
             continue;
         };
-        let (c, g) = (ctx.clone_for(), ctx.shared.lot.guard());
-        tokio::spawn(
-            async move {
-                crate::connection::connection(
-                    client,
-                    ends,
-                    c,
-                    slot,
-                    g,
-                    crate::connection::Entry::Accepted,
-                )
-                .await
-            }
-            .instrument(tracing::debug_span!("conn", %peer)),
+        // The future itself, not an async block around it: that would
+        // keep its arguments a second time in every connection's task.
+        let accepted = crate::connection::Entry::Accepted;
+        let conn = crate::connection::connection(
+            client,
+            ends,
+            shared.clone(),
+            slot,
+            ctx.shared.lot.guard(),
+            accepted,
         );
+        tokio::spawn(conn.instrument(tracing::debug_span!("conn", %peer)));
     }
     drop(listener);
     ctx.forward.set_listener("stopped");

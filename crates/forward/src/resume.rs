@@ -16,7 +16,9 @@ use crate::connection::{connection, finish, relay, relay_config, Entry, Slot};
 use crate::ctx::{Ctx, Ends};
 use crate::protect::{Admission, Place, Turn};
 use edgelink_handover::lot::{Guard, ParkedConn, Pending};
+use edgelink_relay::ParkedTcp;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -75,12 +77,15 @@ pub fn spawn(ctx: &Ctx, conns: Vec<ParkedConn>, on: &[usize]) {
     }
     let workers = &ctx.shared.workers;
     let name = &ctx.forward.spec.name;
+    // What every resumed connection shares (one copy, not one each).
+    let shared = Arc::new(ctx.clone_for());
     for (i, (slot, job)) in jobs.into_iter().enumerate() {
-        let (c, guard) = (ctx.clone_for(), ctx.shared.lot.guard());
+        let guard = ctx.shared.lot.guard();
+        // The future itself, not an async block around it (see listen.rs).
+        let conn = resumed(job, shared.clone(), slot, guard);
         workers.spawn(
             on[i % on.len()],
-            async move { resumed(job, c, slot, guard).await }
-                .instrument(tracing::debug_span!("conn", forward = %name, resumed = true)),
+            conn.instrument(tracing::debug_span!("conn", forward = %name, resumed = true)),
         );
     }
 }
@@ -90,37 +95,75 @@ fn drop_conn(c: ParkedConn) {
     c.reset();
 }
 
-/// A connection handed over to this daemon (or back to it).
-async fn resumed(job: Job, ctx: Ctx, slot: Slot, guard: Guard) {
+/// A connection handed over to this daemon (or back to it): one still to
+/// connect, or one relayed before. Not an `async fn`, which would keep its
+/// arguments twice in the connection's task (rust-lang/rust#62958).
+fn resumed(
+    job: Job,
+    ctx: Arc<Ctx>,
+    slot: Slot,
+    guard: Guard,
+) -> impl std::future::Future<Output = ()> + Send {
+    use futures_util::future::Either;
     match job {
         Job::Connect(s, turn, since) => {
-            // Its addresses as they are now (its PROXY protocol header
-            // names them): a client that has gone fails here, before any
-            // connect, and nothing is counted against the device.
-            let client = s
-                .set_nonblocking(true)
-                .and_then(|()| tokio::net::TcpStream::from_std(s))
-                .and_then(|c| Ends::of(&c).map(|e| (c, e)));
-            match client {
-                Ok((client, ends)) => {
-                    let entry = Entry::Handed(turn, since);
-                    connection(client, ends, ctx, slot, guard, entry).await
-                }
-                Err(e) => tracing::debug!(error = %e, "a handed-over connection is unusable"),
+            Either::Left(connect_again(s, turn, since, ctx, slot, guard))
+        }
+        Job::Relay(p, place) => Either::Right(relay_again(p, place, ctx, slot, guard)),
+    }
+}
+
+/// A handed-over connection that waited for its place or its connect:
+/// registered with the worker's runtime when first polled (there), then
+/// served as one accepted here.
+fn connect_again(
+    s: std::net::TcpStream,
+    turn: Turn,
+    since: Instant,
+    ctx: Arc<Ctx>,
+    slot: Slot,
+    guard: Guard,
+) -> impl std::future::Future<Output = ()> + Send {
+    use futures_util::future::{lazy, Either, FutureExt};
+    lazy(move |_| {
+        // Its addresses as they are now (its PROXY protocol header names
+        // them): a client that has gone fails here, before any connect,
+        // and nothing is counted against the device.
+        let client = s
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpStream::from_std(s))
+            .and_then(|c| Ends::of(&c).map(|e| (c, e)));
+        match client {
+            Ok((client, ends)) => {
+                let entry = Entry::Handed(turn, since);
+                Either::Left(connection(client, ends, ctx, slot, guard, entry))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "a handed-over connection is unusable");
+                Either::Right(std::future::ready(()))
             }
         }
-        Job::Relay(p, place) => {
-            let cfg = relay_config(&ctx);
-            let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
-            let park = ctx.shared.lot.token().child_token();
-            let pipes = ctx.shared.pipes.clone();
-            let c = &ctx.forward.counters;
-            let run = std::pin::pin!(edgelink_relay::resume_tcp(p, &pipes, c, &cfg, &park));
-            finish(
-                &ctx,
-                relay(run, fds, ctx.close.clone()).await,
-                (slot, guard, place),
-            );
-        }
+    })
+    .flatten()
+}
+
+/// A handed-over connection that was relayed: relayed on from where it
+/// stood, with its place under `maxConnections`.
+#[allow(clippy::manual_async_fn)] // See `resumed`.
+fn relay_again(
+    p: ParkedTcp,
+    place: Option<Place>,
+    ctx: Arc<Ctx>,
+    slot: Slot,
+    guard: Guard,
+) -> impl std::future::Future<Output = ()> + Send {
+    async move {
+        let cfg = relay_config(&ctx);
+        let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
+        let park = ctx.shared.lot.token().child_token();
+        let (c, pipes) = (&ctx.forward.counters, &ctx.shared.pipes);
+        let run = edgelink_relay::resume_tcp(p, pipes, c, &cfg, &park);
+        let r = relay(std::pin::pin!(run), fds, ctx.close.clone()).await;
+        finish(&ctx, r, (slot, guard, place));
     }
 }

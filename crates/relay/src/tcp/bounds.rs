@@ -51,15 +51,21 @@ impl Activity {
         }
     }
 
-    /// Resolves once no byte has moved for `timeout`. One timer, moved on
-    /// to the last byte's time plus `timeout` each time it fires early.
+    /// When the connection is idle for `timeout` if no byte moves before.
+    pub(super) fn due(&self, timeout: Duration) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + timeout
+    }
+
+    /// Resolves once no byte has moved for `timeout` (counted from the last
+    /// byte, or the start: a relay that stops and starts its waits does not
+    /// move it on). One timer, moved on to the last byte's time plus
+    /// `timeout` each time it fires early.
     pub(super) async fn idle_for(&self, timeout: Duration) {
-        let sleep = tokio::time::sleep(timeout);
+        let sleep = tokio::time::sleep_until(self.due(timeout));
         tokio::pin!(sleep);
         loop {
             sleep.as_mut().await;
-            let last = self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
-            let due = last + timeout;
+            let due = self.due(timeout);
             if due <= Instant::now() {
                 return;
             }

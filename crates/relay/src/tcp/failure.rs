@@ -27,6 +27,7 @@ use socket2::SockRef;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -38,11 +39,16 @@ use tokio_util::sync::CancellationToken;
 /// other direction (as tokio's `join!` does), so that neither starves the
 /// other of the task's budget. Takes them pinned by reference: an owned
 /// future moved in would take its room twice in the connection's future.
+///
+/// When neither direction holds anything (each is done or waits for its
+/// source, `idle`), both are given up: [`Both::Dozed`] says which were done,
+/// and the caller waits for the sources without their state (`doze.rs`).
 pub(super) async fn both<'p, A, B>(
     mut a: Pin<&mut A>,
     mut b: Pin<&mut B>,
     stop: &CancellationToken,
-) -> (io::Result<DirEnd<'p>>, io::Result<DirEnd<'p>>)
+    idle: [&AtomicBool; 2],
+) -> Both<'p>
 where
     A: Future<Output = io::Result<DirEnd<'p>>>,
     B: Future<Output = io::Result<DirEnd<'p>>>,
@@ -67,14 +73,35 @@ where
         }
         a_first = !a_first;
         match (ra.take(), rb.take()) {
-            (Some(ea), Some(eb)) => Poll::Ready((ea, eb)),
+            (Some(ea), Some(eb)) => Poll::Ready(Both::Ended(ea, eb)),
             (ea, eb) => {
+                let holds_nothing = |r: &Option<io::Result<DirEnd<'p>>>, idle: &AtomicBool| match r
+                {
+                    None => idle.load(Ordering::Relaxed),
+                    Some(r) => matches!(r, Ok(DirEnd::Done)),
+                };
+                if holds_nothing(&ea, idle[0])
+                    && holds_nothing(&eb, idle[1])
+                    && !stop.is_cancelled()
+                {
+                    return Poll::Ready(Both::Dozed {
+                        done: [ea.is_some(), eb.is_some()],
+                    });
+                }
                 (ra, rb) = (ea, eb);
                 Poll::Pending
             }
         }
     })
     .await
+}
+
+/// How [`both`] ends.
+pub(super) enum Both<'p> {
+    /// Both directions ended (one may have failed).
+    Ended(io::Result<DirEnd<'p>>, io::Result<DirEnd<'p>>),
+    /// Neither holds anything: given up, `done` for each that ended.
+    Dozed { done: [bool; 2] },
 }
 
 /// Whether a direction's end is a failure.

@@ -3,7 +3,10 @@
 //!
 //! Both directions run in the caller's task (no thread, no extra task per
 //! connection). Each direction waits on tokio's readiness of its sockets and
-//! splices until the kernel says EAGAIN before waiting again.
+//! splices until the kernel says EAGAIN before waiting again. They live in
+//! a box while bytes move; when neither holds anything the connection
+//! waits without them, and starts them again when a side speaks (see
+//! `doze`).
 //!
 //! Pipe lifecycle, per direction: no pipe while the source has nothing to
 //! read; a pipe from the pool as soon as it has; back to the pool once the
@@ -50,14 +53,17 @@
 
 mod bounds;
 mod direction;
+mod doze;
 mod failure;
+mod period;
 
 pub use bounds::{keepalive_params, KEEPALIVE_PROBES};
 
 use crate::counters::Counters;
 use crate::pipe::{ParkedPipe, Pipe, PipePool};
 use bounds::Activity;
-use direction::Direction;
+use futures_util::future::Either;
+use period::{Legs, Period};
 use socket2::SockRef;
 use std::io;
 use std::sync::atomic::AtomicBool;
@@ -224,14 +230,18 @@ pub struct ParkedDirection {
 /// direction stops at its next wait (or yield) and the relay returns
 /// [`Relayed::Parked`] instead of closing anything. A direction that ended
 /// meanwhile is reported as done.
-pub async fn relay_tcp(
+///
+/// The sockets' options are set when this is called, not at the first
+/// poll: the future holds only the relay ([`run`]), not this function's
+/// arguments beside it.
+pub fn relay_tcp<'a>(
     client: TcpStream,
     upstream: TcpStream,
-    pool: &PipePool,
-    counters: &Counters,
-    cfg: &TcpRelayConfig,
-    park: &CancellationToken,
-) -> Relayed {
+    pool: &'a PipePool,
+    counters: &'a Counters,
+    cfg: &'a TcpRelayConfig,
+    park: &'a CancellationToken,
+) -> impl std::future::Future<Output = Relayed> + 'a {
     if cfg.set_nodelay {
         // Best effort: a socket that is already reset fails at the first
         // splice.
@@ -240,11 +250,10 @@ pub async fn relay_tcp(
     }
     if !cfg.prepared {
         if let Err(e) = prepare(&client, &upstream, cfg) {
-            return Relayed::Ended(Err(e));
+            return Either::Left(std::future::ready(Relayed::Ended(Err(e))));
         }
     }
-    let starts = [Start::default(), Start::default()];
-    run(client, upstream, starts, pool, counters, cfg, park).await
+    Either::Right(run(client, upstream, None, pool, counters, cfg, park))
 }
 
 /// Go on with a connection parked by [`relay_tcp`] (here or in another
@@ -252,13 +261,33 @@ pub async fn relay_tcp(
 /// `pool` and relay as before. The bytes in the pipes are delivered first,
 /// in order. A pipe that does not hold what it claims, or a socket that
 /// cannot be registered, ends the connection with both legs reset.
-pub async fn resume_tcp(
+///
+/// Called in the runtime that is to serve it (its sockets are registered
+/// with it then, as in [`relay_tcp`]).
+pub fn resume_tcp<'a>(
     parked: ParkedTcp,
-    pool: &PipePool,
-    counters: &Counters,
+    pool: &'a PipePool,
+    counters: &'a Counters,
+    cfg: &'a TcpRelayConfig,
+    park: &'a CancellationToken,
+) -> impl std::future::Future<Output = Relayed> + 'a {
+    match resume_legs(parked, pool, cfg) {
+        Ok((client, upstream, starts)) => {
+            let starts = Some(Box::new(starts));
+            Either::Right(run(client, upstream, starts, pool, counters, cfg, park))
+        }
+        Err(ended) => Either::Left(std::future::ready(ended)),
+    }
+}
+
+/// A parked connection's sockets registered here and its pipes adopted,
+/// from plain ground (no SO_RCVLOWAT raised, nothing corked); or how it
+/// ended when that failed.
+fn resume_legs<'p>(
+    parked: ParkedTcp,
+    pool: &'p PipePool,
     cfg: &TcpRelayConfig,
-    park: &CancellationToken,
-) -> Relayed {
+) -> Result<(TcpStream, TcpStream, [Start<'p>; 2]), Relayed> {
     let ParkedTcp {
         client,
         upstream,
@@ -278,7 +307,7 @@ pub async fn resume_tcp(
         if let Some(p) = dir.pipe {
             match pool.adopt(p) {
                 Ok(p) => start.pipe = Some(p),
-                Err(e) => return fail(&client, &upstream, e),
+                Err(e) => return Err(fail(&client, &upstream, e)),
             }
         }
     }
@@ -286,14 +315,14 @@ pub async fn resume_tcp(
         .set_nonblocking(true)
         .and_then(|()| upstream.set_nonblocking(true));
     if let Err(e) = set {
-        return fail(&client, &upstream, e);
+        return Err(fail(&client, &upstream, e));
     }
     let (client, upstream) = match failure::from_std(client, upstream) {
         Ok(both) => both,
-        Err(e) => return Relayed::Ended(Err(e)),
+        Err(e) => return Err(Relayed::Ended(Err(e))),
     };
     if let Err(e) = prepare(&client, &upstream, cfg) {
-        return Relayed::Ended(Err(e));
+        return Err(Relayed::Ended(Err(e)));
     }
     for (start, (src, dst)) in starts
         .iter()
@@ -308,10 +337,10 @@ pub async fn resume_tcp(
         if let Err(e) = ground {
             reset(&client);
             reset(&upstream);
-            return Relayed::Ended(Err(e));
+            return Err(Relayed::Ended(Err(e)));
         }
     }
-    run(client, upstream, starts, pool, counters, cfg, park).await
+    Ok((client, upstream, starts))
 }
 
 /// What the relay wants of a socket before it relays: SO_OOBINLINE (urgent
@@ -385,84 +414,79 @@ impl DirEnd<'_> {
     }
 }
 
-async fn run<'p>(
+/// The relay of a connection: its directions run in a period boxed on its
+/// own, and when neither holds anything they are given up and the
+/// connection waits for its sockets without their state
+/// ([`doze::doze`]): an idle connection keeps a few hundred bytes, not
+/// the directions' 2.3 KiB.
+///
+/// `resumed`: where each direction stands (a parked connection), else
+/// fresh. Boxed, and not an `async fn` (which would keep its arguments
+/// twice, rust-lang/rust#62958): this future is every idle connection's.
+fn run<'a, 'p: 'a>(
     client: TcpStream,
     upstream: TcpStream,
-    starts: [Start<'p>; 2],
+    mut resumed: Option<Box<[Start<'p>; 2]>>,
     pool: &'p PipePool,
-    counters: &Counters,
-    cfg: &TcpRelayConfig,
-    park: &CancellationToken,
-) -> Relayed {
-    let activity = Activity::new(cfg.idle_timeout.is_some());
-    // Set by the direction that ends first: the second one leaves its end
-    // of file to close(2), which follows at once, instead of a shutdown.
-    let ended = AtomicBool::new(starts.iter().any(|s| s.done));
-    let [start_target, start_client] = starts;
-    // The directions' park: cancelled by a park, or by the failure of
-    // either direction, which makes the other give back what it holds.
-    let stop = park.child_token();
-    let park = &stop;
-
-    let to_target = Direction {
-        src: &client,
-        dst: &upstream,
-        pool,
-        bytes: &counters.bytes_to_target,
-        fallbacks: &counters.splice_fallbacks,
-        ended: &ended,
-        activity: &activity,
-        cfg,
-        park,
-    };
-    let to_client = Direction {
-        src: &upstream,
-        dst: &client,
-        pool,
-        bytes: &counters.bytes_to_client,
-        fallbacks: &counters.splice_fallbacks,
-        ended: &ended,
-        activity: &activity,
-        cfg,
-        park,
-    };
-    let outcome = {
-        // Pinned once: moved into either branch, it would take its room
-        // twice in this future.
-        let a = to_target.run(start_target);
-        let b = to_client.run(start_client);
-        tokio::pin!(a, b);
-        let relay = failure::both(a, b, park);
-        tokio::pin!(relay);
-        match cfg.idle_timeout {
-            None => Some(relay.await),
-            Some(timeout) => tokio::select! {
-                biased;
-                r = &mut relay => Some(r),
-                () = activity.idle_for(timeout) => {
-                    Counters::inc(&counters.idle_timeouts);
-                    tracing::debug!(?timeout, "connection idle: reset");
-                    None
+    counters: &'a Counters,
+    cfg: &'a TcpRelayConfig,
+    park: &'a CancellationToken,
+) -> impl std::future::Future<Output = Relayed> + 'a {
+    async move {
+        let activity = Activity::new(cfg.idle_timeout.is_some());
+        // Set by the direction that ends first: the second one leaves its end
+        // of file to close(2), which follows at once, instead of a shutdown.
+        let mut done = resumed
+            .as_ref()
+            .map_or([false; 2], |s| [s[0].done, s[1].done]);
+        let ended = AtomicBool::new(done.contains(&true));
+        // The directions' park: cancelled by a park, or by the failure of
+        // either direction, which makes the other give back what it holds.
+        let stop = park.child_token();
+        let legs = Legs {
+            client: &client,
+            upstream: &upstream,
+            pool,
+            counters,
+            cfg,
+            stop: &stop,
+            activity: &activity,
+            ended: &ended,
+        };
+        loop {
+            let period = {
+                let fresh = || {
+                    done.map(|done| Start {
+                        done,
+                        ..Start::default()
+                    })
+                };
+                Box::pin(legs.period(resumed.take().map_or_else(fresh, |s| *s)))
+            };
+            done = match period.await {
+                Period::Dozed { done } => done,
+                Period::Ended(r) => return r,
+                Period::Concluded(a, b) => return conclude(a, b, client, upstream),
+            };
+            match doze::doze(&legs, done).await {
+                doze::Woke::Readable => {}
+                doze::Woke::Parked => {
+                    let [a, b] = done.map(|done| {
+                        Ok(if done {
+                            DirEnd::Done
+                        } else {
+                            DirEnd::Parked {
+                                pipe: None,
+                                eof: false,
+                            }
+                        })
+                    });
+                    return conclude(a, b, client, upstream);
                 }
-            },
+                doze::Woke::IdleTimeout => return legs.idle_timeout(),
+            }
         }
-    };
-    let Some((a, b)) = outcome else {
-        reset(&client);
-        reset(&upstream);
-        return Relayed::Ended(Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!(
-                "no byte moved either way for {:?}",
-                cfg.idle_timeout.unwrap_or_default()
-            ),
-        )));
-    };
-    if failure::failed(&a) || failure::failed(&b) {
-        let e = failure::end([(&to_target, a), (&to_client, b)], &client, &upstream);
-        return Relayed::Ended(Err(e));
     }
-    conclude(a, b, client, upstream)
 }
 
 /// How a relay whose directions both stopped without a failure ends:

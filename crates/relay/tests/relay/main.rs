@@ -1,6 +1,7 @@
 //! Integration tests of the relay, one module per area. Everything runs on
 //! loopback, bounded in time.
 
+mod doze;
 mod harness;
 mod park;
 mod pipe;

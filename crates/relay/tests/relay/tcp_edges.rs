@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 /// A relay to a listener of our own: (client end, server end, relay).
-async fn relayed_pair(cfg: TcpRelayConfig) -> (TcpStream, TcpStream, TcpRelay) {
+pub(crate) async fn relayed_pair(cfg: TcpRelayConfig) -> (TcpStream, TcpStream, TcpRelay) {
     let server = listen("127.0.0.1:0".parse().unwrap());
     let relay = TcpRelay::start(server.local_addr().unwrap(), cfg).await;
     let client = TcpStream::connect(relay.addr).await.unwrap();

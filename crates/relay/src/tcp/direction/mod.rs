@@ -33,6 +33,10 @@ pub(super) struct Direction<'a, 'p> {
     /// Cancelled: stop at the next wait and give the state back (a park,
     /// or the other direction failed).
     pub(super) park: &'a CancellationToken,
+    /// Set while the direction waits for its source with nothing in
+    /// flight (no pipe, no SO_RCVLOWAT raised, nothing corked): it may be
+    /// dropped there and started afresh without a loss (`tcp/doze.rs`).
+    pub(super) idle: &'a AtomicBool,
 }
 
 /// How the splice phase of a direction ended.
@@ -190,6 +194,16 @@ impl<'a, 'p> Direction<'a, 'p> {
     /// stream keeps the waker (one task polls both directions).
     fn src_readable(&self) -> impl std::future::Future<Output = io::Result<()>> + '_ {
         std::future::poll_fn(move |cx| self.src.poll_read_ready(cx))
+    }
+
+    /// [`Self::src_readable`] where the direction holds nothing: `idle` is
+    /// set while it waits.
+    fn src_idle(&self) -> impl std::future::Future<Output = io::Result<()>> + '_ {
+        std::future::poll_fn(move |cx| {
+            let r = self.src.poll_read_ready(cx);
+            self.idle.store(r.is_pending(), Ordering::Relaxed);
+            r
+        })
     }
 
     /// Pass the source's end of file on to the destination. When the other
@@ -412,7 +426,7 @@ impl<'a, 'p> Direction<'a, 'p> {
             *lowat = want;
         }
         if *lowat == 1 {
-            return self.src_readable().await;
+            return self.src_idle().await;
         }
         match tokio::time::timeout(BULK_TAIL, self.src_readable()).await {
             Ok(r) => r,
@@ -421,7 +435,7 @@ impl<'a, 'p> Direction<'a, 'p> {
                 // there is from now on.
                 crate::sockopt::set_rcvlowat(self.src, 1)?;
                 *lowat = 1;
-                self.src_readable().await
+                self.src_idle().await
             }
         }
     }
