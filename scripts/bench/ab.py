@@ -76,6 +76,9 @@ def run(bins, loadgen, measures, only, args, subject="edgelinkd"):
         raise SystemExit("ab: relay.py failed:\n" + out.stdout[-2000:] + out.stderr[-2000:])
     got, direct = {}, {}
     for line in out.stdout.splitlines():
+        if line.startswith("idle connections "):
+            # "idle connections <subject>: figures", one line per subject.
+            line = "round 1 idle: " + line[len("idle connections "):].replace(": ", " ", 1)
         if not line.startswith("round "):
             continue
         for part in line.split(": ", 1)[1].split("; "):
