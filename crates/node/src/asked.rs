@@ -47,9 +47,10 @@ impl Node {
     /// A pass over these record files only: a record that is there and
     /// names itself by this file is served as a full pass would serve it
     /// (started, or stopped and started again if it changed); a file that
-    /// is gone stops the attachment it was the record of. Anything else (a
-    /// record that does not parse or cannot be read, one under an old
-    /// name) makes it a full pass, which knows what to keep.
+    /// is gone stops the attachment it was the record of, unless its
+    /// record is found under its other name. Anything else (a record that
+    /// does not parse or cannot be read, one under an old name) makes it a
+    /// full pass, which knows what to keep.
     pub async fn reconcile_records(self: &Arc<Self>, names: BTreeSet<String>) {
         let pass = self.pass.lock().await;
         let store = RecordStore::new(&self.settings.state_dir);
@@ -66,22 +67,22 @@ impl Node {
                 }
                 Ok(None) => {
                     changed |= self.forget_malformed(&store, &name);
-                    let gone = self
+                    // The attachment this file could be the record of
+                    // (under its name or its old one), stopped only if no
+                    // file holds its record now (an old name moved to the
+                    // new one leaves the record where it went).
+                    let named = self
                         .map()
                         .keys()
-                        .find(|k| RecordStore::file_name(&k.0, &k.1) == name)
+                        .find(|k| RecordStore::may_name(&name, &k.0, &k.1))
                         .cloned();
-                    if let Some(k) = gone {
-                        changed |= self.stop_if(&k, |_| true).await;
+                    match named.map(|k| (store.read(&k.0, &k.1), k)) {
+                        Some((Ok(None), k)) => changed |= self.stop_if(&k, |_| true).await,
+                        Some((Err(_), _)) => return self.full_pass_instead(pass, changed).await,
+                        _ => {}
                     }
                 }
-                _ => {
-                    drop(pass);
-                    if changed {
-                        self.changed();
-                    }
-                    return self.reconcile().await;
-                }
+                _ => return self.full_pass_instead(pass, changed).await,
             }
         }
         // A kernel-path forward may have started (or the last one gone).
@@ -90,6 +91,20 @@ impl Node {
         if changed {
             self.changed();
         }
+    }
+
+    /// What a pass over some records could not settle: a full pass, after
+    /// telling what this one changed.
+    async fn full_pass_instead(
+        self: &Arc<Self>,
+        pass: tokio::sync::MutexGuard<'_, ()>,
+        changed: bool,
+    ) {
+        drop(pass);
+        if changed {
+            self.changed();
+        }
+        self.reconcile().await
     }
 
     /// The file `name` is no longer reported malformed.

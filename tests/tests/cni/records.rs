@@ -144,7 +144,7 @@ fn a_record_under_its_old_name_is_deleted_or_migrated() {
         "not migrated: {:?}",
         lab.records()
     );
-    assert_eq!(lab.records(), vec![file_name(new)]);
+    assert_eq!(lab.records(), vec![file_name(new.clone())]);
     assert!(
         wait_until(std::time::Duration::from_secs(20), || {
             Call::new("CHECK", "pod.9", Some(&pod.path()), "net1")
@@ -153,6 +153,22 @@ fn a_record_under_its_old_name_is_deleted_or_migrated() {
                 == Some(0)
         }),
         "CHECK fails after the migration"
+    );
+
+    // Moved to its old name again while the daemon serves it: inotify
+    // names both files, and the one gone is not taken for a DEL while the
+    // other holds the record. Never stopped; moved back by a full pass.
+    std::fs::rename(&new, old_name("pod.9")).unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || new.exists()
+            && !old_name("pod.9").exists()),
+        "not migrated again: {:?}",
+        lab.records()
+    );
+    let log = _d.log_text();
+    assert!(
+        !log.contains("attachment removed"),
+        "the attachment was stopped when its record moved:\n{log}"
     );
     Call::new("DEL", "pod.9", Some(&pod.path()), "net1")
         .run(&lab.node, &with_prev(&conf, &r))
