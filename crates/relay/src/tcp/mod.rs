@@ -418,7 +418,7 @@ impl DirEnd<'_> {
 /// own, and when neither holds anything they are given up and the
 /// connection waits for its sockets without their state
 /// ([`doze::doze`]): an idle connection keeps a few hundred bytes, not
-/// the directions' 2.3 KiB.
+/// the directions' 2.1 KiB.
 ///
 /// `resumed`: where each direction stands (a parked connection), else
 /// fresh. Boxed, and not an `async fn` (which would keep its arguments
@@ -434,11 +434,12 @@ fn run<'a, 'p: 'a>(
 ) -> impl std::future::Future<Output = Relayed> + 'a {
     async move {
         let activity = Activity::new(cfg.idle_timeout.is_some());
-        // Set by the direction that ends first: the second one leaves its end
-        // of file to close(2), which follows at once, instead of a shutdown.
+        // The directions that ended (client → upstream first).
         let mut done = resumed
             .as_ref()
             .map_or([false; 2], |s| [s[0].done, s[1].done]);
+        // Set by the direction that ends first: the second one leaves its end
+        // of file to close(2), which follows at once, instead of a shutdown.
         let ended = AtomicBool::new(done.contains(&true));
         // The directions' park: cancelled by a park, or by the failure of
         // either direction, which makes the other give back what it holds.
