@@ -4,6 +4,7 @@
 //! closed when it is cut short.
 
 use crate::ctx::{target_name, Ctx, Ends, Shared};
+use crate::cutoff::Cutoff;
 use crate::protect::{Admission, Place, Protection, Turn};
 use crate::runtime::ForwardRuntime;
 use crate::sockopt;
@@ -14,7 +15,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 
 /// How a connection comes to its place under `maxConnections`.
 pub enum Entry {
@@ -148,10 +148,10 @@ fn setup(
     async move {
         let f = &ctx.forward;
         Counters::inc(&f.counters.total);
-        // A token of its own, cancelled with the daemon's: every wait of the
-        // relay registers with it, and the daemon-wide one is not a lock all
-        // connections of all workers contend for.
-        let park = ctx.shared.lot.token().child_token();
+        // A token of its own, cancelled by a hand-over or the attachment's
+        // close (cutoff.rs): every wait of the relay registers with it, and
+        // the daemon-wide one is not a lock all connections contend for.
+        let park = ctx.cutoff.token(&ctx.shared.lot);
         // Admission under `maxConnections` (first in, first out; the place is
         // held until the relay ends), then the connect. A hand-over meanwhile
         // takes the client as it is, with its place or its wait: the next
@@ -162,11 +162,9 @@ fn setup(
         let handed = matches!(entry, Entry::Handed(..));
         let (turn, since) = entry.turn(&f.protection);
         let mut admitted = false;
-        let mut close = ctx.close.clone();
         let setup = tokio::select! {
             biased;
-            () = park.cancelled() => None,
-            _ = close.wait_for(|c| *c) => Some(Setup::Refused),
+            () = park.cancelled() => ctx.cutoff.is_closed().then_some(Setup::Refused),
             // Boxed: the wait for a place and the connect (1.3 KiB) would
             // otherwise stay in the future of every relayed connection.
             r = Box::pin(admit_and_connect(&ctx, &client, ends, turn, &mut admitted)) => Some(r),
@@ -217,7 +215,7 @@ impl Relay {
             let fds = [self.client.as_raw_fd(), self.upstream.as_raw_fd()];
             let (c, pipes) = (&self.ctx.forward.counters, &self.ctx.shared.pipes);
             let run = relay_tcp(self.client, self.upstream, pipes, c, &cfg, &self.park);
-            let r = relay(std::pin::pin!(run), fds, self.ctx.close.clone()).await;
+            let r = relay(std::pin::pin!(run), fds, &self.ctx.cutoff).await;
             finish(&self.ctx, r, self.held);
         }
     }
@@ -321,12 +319,13 @@ pub(crate) fn finish(ctx: &Ctx, r: Option<Relayed>, held: (Slot, Guard, Option<P
     drop(guard);
 }
 
-/// Run a relay until it ends or parks (`Some`), or until `close` is set
-/// (`None`): the attachment is gone (DEL, netns gone, record changed) or
-/// the grace period of a SIGTERM is over, and its connections end with
-/// it, so that nothing keeps the pod's namespace alive. Ended that way, or
-/// dropped (the task aborted), both sockets (`fds`) are reset: bytes in
-/// flight are lost.
+/// Run a relay until it ends or parks (`Some`), or until the attachment
+/// is gone (`None`: DEL, netns gone, record changed, or the grace period
+/// of a SIGTERM is over), and its connections end with it, so that
+/// nothing keeps the pod's namespace alive. The relay's token is cancelled
+/// then, as for a hand-over ([`Cutoff`]): it parks, and what it parked is
+/// reset here. Dropped (the task aborted), both sockets (`fds`) are reset.
+/// Either way, bytes in flight are lost.
 ///
 /// `run` is pinned where the caller keeps it: a future taken by value and
 /// pinned here would be held twice in this one's state (the argument and
@@ -334,20 +333,22 @@ pub(crate) fn finish(ctx: &Ctx, r: Option<Relayed>, held: (Slot, Guard, Option<P
 /// declares it before calling, so this future, and the reset in it, is
 /// dropped first, while `run`'s sockets are still open.
 pub(crate) async fn relay<F: std::future::Future<Output = Relayed>>(
-    mut run: std::pin::Pin<&mut F>,
+    run: std::pin::Pin<&mut F>,
     fds: [RawFd; 2],
-    mut close: watch::Receiver<bool>,
+    cutoff: &Cutoff,
 ) -> Option<Relayed> {
     let mut reset = ResetUnlessDone { fds, armed: true };
-    tokio::select! {
-        r = run.as_mut() => {
-            // Ended by itself (its sockets are closed, reset already on an
-            // error) or parked (they are handed on): the descriptors must
-            // not be touched again.
-            reset.disarm();
-            Some(r)
+    let r = run.await;
+    // Ended by itself (its sockets are closed, reset already on an error)
+    // or parked (they are handed on): the descriptors must not be touched
+    // again.
+    reset.disarm();
+    match r {
+        Relayed::Parked(p) if cutoff.is_closed() => {
+            ParkedConn::Relaying(p).reset();
+            None
         }
-        _ = close.wait_for(|c| *c) => None,
+        r => Some(r),
     }
 }
 
@@ -471,21 +472,22 @@ mod tests {
         }
     }
 
-    /// [`relay`] of a fresh relay that nobody parks.
+    /// [`relay`] of a fresh relay, with its token from `cutoff` (the
+    /// lot's is never cancelled).
     async fn run_relay(
         client: TcpStream,
         upstream: TcpStream,
         pipes: &PipePool,
         counters: &Counters,
         cfg: &TcpRelayConfig,
-        close: watch::Receiver<bool>,
+        cutoff: &Cutoff,
     ) -> Option<Relayed> {
         let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
-        let park = tokio_util::sync::CancellationToken::new();
+        let park = cutoff.token(&edgelink_handover::lot::Lot::default());
         let run = std::pin::pin!(edgelink_relay::relay_tcp(
             client, upstream, pipes, counters, cfg, &park
         ));
-        relay(run, fds, close).await
+        relay(run, fds, cutoff).await
     }
 
     fn runtime() -> tokio::runtime::Runtime {
@@ -504,12 +506,11 @@ mod tests {
             for abort in [true, false] {
                 let (client, mut client_peer) = pair().await;
                 let (upstream, mut upstream_peer) = pair().await;
-                let (close_tx, close) = watch::channel(false);
-                let p = pipes.clone();
-                let c = cfg.clone();
+                let cutoff = Arc::new(Cutoff::default());
+                let (p, c, cut) = (pipes.clone(), cfg.clone(), cutoff.clone());
                 let task = tokio::spawn(async move {
                     let counters = Counters::default();
-                    run_relay(client, upstream, &p, &counters, &c, close).await
+                    run_relay(client, upstream, &p, &counters, &c, &cut).await
                 });
                 // Bytes in flight, and proof that the relay runs.
                 upstream_peer.write_all(b"partial").await.unwrap();
@@ -519,7 +520,7 @@ mod tests {
                     task.abort();
                     assert!(task.await.unwrap_err().is_cancelled());
                 } else {
-                    close_tx.send(true).unwrap();
+                    cutoff.close();
                     assert!(task.await.unwrap().is_none());
                 }
                 for peer in [&mut client_peer, &mut upstream_peer] {
@@ -535,10 +536,9 @@ mod tests {
     }
 
     /// What an idle relayed connection's task holds beside its sockets:
-    /// the relay's future and `relay`'s around it. 2.7 KiB since futures
-    /// are no longer held twice and the directions wait on the streams'
-    /// own wakers (docs/benchmarks.md, "Issue 25, an idle connection");
-    /// the bound catches one coming back.
+    /// the relay's future and `relay`'s around it (docs/benchmarks.md,
+    /// "Issue 25, an idle connection"); the bound catches a wait or a copy
+    /// coming back.
     #[test]
     fn an_idle_connections_relay_futures_stay_small() {
         runtime().block_on(async {
@@ -547,23 +547,25 @@ mod tests {
             let park = tokio_util::sync::CancellationToken::new();
             let (client, _client_peer) = pair().await;
             let (upstream, _upstream_peer) = pair().await;
-            let (_close_tx, close) = watch::channel(false);
+            let cutoff = Cutoff::default();
             let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
             let mut run = std::pin::pin!(edgelink_relay::relay_tcp(
                 client, upstream, &pipes, &counters, &cfg, &park
             ));
             let run_size = std::mem::size_of_val(&*run);
-            let outer = std::mem::size_of_val(&relay(run.as_mut(), fds, close));
-            // 712 in a release build, 728 in a debug one (rustc 1.95): the
+            let outer = std::mem::size_of_val(&relay(run.as_mut(), fds, &cutoff));
+            // 520 in a release build, 536 in a debug one (rustc 1.95): the
             // directions live in a box only while bytes move
-            // (edgelink-relay's tcp/doze.rs); 2736 when they stayed.
-            let bound = 800;
+            // (edgelink-relay's tcp/doze.rs), 2736 when they stayed; 712
+            // while `relay` waited on the attachment's close beside the
+            // relay's token (cutoff.rs).
+            let bound = 600;
             eprintln!("relay_tcp {run_size} bytes, relay {outer} bytes (bound {bound})");
             assert!(
                 run_size + outer <= bound,
                 "an idle connection's futures: relay_tcp {run_size} + relay {outer} bytes, over {bound}"
             );
-            assert!(outer <= 512, "relay holds a copy of the relay's future: {outer} bytes");
+            assert!(outer <= 128, "relay holds a copy of the relay's future, or a wait: {outer} bytes");
         });
     }
 
@@ -573,7 +575,6 @@ mod tests {
             let pipes = PipePool::new(1 << 16, 4);
             let (client, mut client_peer) = pair().await;
             let (upstream, mut upstream_peer) = pair().await;
-            let (_close_tx, close) = watch::channel(false);
             let p = pipes.clone();
             let task = tokio::spawn(async move {
                 let counters = Counters::default();
@@ -583,7 +584,7 @@ mod tests {
                     &p,
                     &counters,
                     &TcpRelayConfig::default(),
-                    close,
+                    &Cutoff::default(),
                 )
                 .await
             });

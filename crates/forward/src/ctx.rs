@@ -3,6 +3,7 @@
 //! every forward of the node shares: settings, pipes, the descriptor
 //! reserve, the worker threads, the hand-over lot).
 
+use crate::cutoff::Cutoff;
 use crate::factory::Factory;
 use crate::private_side::PrivateSide;
 use crate::runtime::ForwardRuntime;
@@ -66,6 +67,9 @@ pub struct Ctx {
     pub stop: watch::Receiver<bool>,
     /// Set when the attachment is gone: its connections end too.
     pub close: watch::Receiver<bool>,
+    /// The attachment's: where each relayed connection gets the one token
+    /// it waits on, for a hand-over and for `close` alike.
+    pub cutoff: Arc<Cutoff>,
     /// Whether the forward's reachability probe runs (`--probe-interval`):
     /// not when the attachment has a `health` probe, which replaces it.
     pub reachability_probe: bool,
@@ -117,6 +121,7 @@ impl Ctx {
             private: self.private.clone(),
             stop: self.stop.clone(),
             close: self.close.clone(),
+            cutoff: self.cutoff.clone(),
             reachability_probe: self.reachability_probe,
         }
     }

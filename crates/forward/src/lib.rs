@@ -22,10 +22,12 @@
 //!   namespace; `sockopt`: socket options.
 //! - [`workers::Workers`]: the worker threads that serve connections.
 //! - [`runtime::ForwardRuntime`]: one forward's shared state and report.
-//! - [`ctx`]: what a forward's tasks are given.
+//! - [`ctx`]: what a forward's tasks are given; [`cutoff`]: what ends
+//!   an attachment's connections (a hand-over, or the attachment going).
 
 mod connection;
 pub mod ctx;
+pub mod cutoff;
 pub mod factory;
 mod follow;
 pub mod health;

@@ -160,10 +160,10 @@ fn relay_again(
     async move {
         let cfg = relay_config(&ctx);
         let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
-        let park = ctx.shared.lot.token().child_token();
+        let park = ctx.cutoff.token(&ctx.shared.lot);
         let (c, pipes) = (&ctx.forward.counters, &ctx.shared.pipes);
         let run = edgelink_relay::resume_tcp(p, pipes, c, &cfg, &park);
-        let r = relay(std::pin::pin!(run), fds, ctx.close.clone()).await;
+        let r = relay(std::pin::pin!(run), fds, &ctx.cutoff).await;
         finish(&ctx, r, (slot, guard, place));
     }
 }

@@ -4,6 +4,7 @@
 use crate::kernel::KernelForwards;
 use crate::vip::VipRuntime;
 use edgelink_attachment::Record;
+use edgelink_forward::cutoff::Cutoff;
 use edgelink_forward::factory::Factory;
 use edgelink_forward::health::HealthRuntime;
 use edgelink_forward::private_side::PrivateSide;
@@ -27,7 +28,10 @@ pub struct Attachment {
     pub(crate) stop: watch::Sender<bool>,
     /// Ends the relayed connections too (the attachment is gone; SIGTERM
     /// only stops accepting).
-    pub(crate) close: watch::Sender<bool>,
+    close: watch::Sender<bool>,
+    /// The same for the relayed connections, which wait on a token
+    /// (edgelink-forward's cutoff.rs).
+    cutoff: Arc<Cutoff>,
     /// The tasks of each forward (listeners, probes), as `forwards`.
     pub(crate) tasks: Vec<Vec<JoinHandle<()>>>,
     /// How its sockets are made: kept to retry a forward whose listener
@@ -75,6 +79,7 @@ impl Attachment {
             error: None,
             stop: watch::channel(false).0,
             close: watch::channel(false).0,
+            cutoff: Arc::default(),
             sockets: None,
             kernel: None,
             health,
@@ -88,7 +93,7 @@ impl Attachment {
     /// listeners: a replacement (a changed record) binds the same ports.
     pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
-        let _ = self.close.send(true);
+        self.close_connections();
         // The virtual addresses stay as they are (vip.rs says why).
         let tasks = self
             .tasks
@@ -107,6 +112,18 @@ impl Attachment {
         if let Some(k) = &self.kernel {
             k.remove().await;
         }
+    }
+
+    /// End its relayed connections (reset), and the tasks that wait on
+    /// `close`.
+    pub(crate) fn close_connections(&self) {
+        let _ = self.close.send(true);
+        self.cutoff.close();
+    }
+
+    /// A receiver of `close`: set when the attachment's connections end.
+    pub(crate) fn closed(&self) -> watch::Receiver<bool> {
+        self.close.subscribe()
     }
 
     /// The forwards whose listener failed (port taken, netns not ready):
@@ -141,6 +158,7 @@ impl Attachment {
             private: private.clone(),
             stop: self.stop.subscribe(),
             close: self.close.subscribe(),
+            cutoff: self.cutoff.clone(),
             reachability_probe: self.record.health.is_none(),
         };
         Some((ctx, std::mem::take(&mut self.tasks[i])))

@@ -197,7 +197,7 @@ impl Node {
     /// SIGTERM is over: what is still in flight is lost).
     pub fn close_connections(&self) {
         for a in self.map().values() {
-            let _ = a.close.send(true);
+            a.close_connections();
         }
     }
 }

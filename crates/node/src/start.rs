@@ -214,7 +214,7 @@ impl Node {
         if let Some(kf) = a.kernel.clone() {
             kf.ensure().await;
             let every = self.settings.kernel_counters_interval;
-            let mut stop = a.close.subscribe();
+            let mut stop = a.closed();
             let refresh = tokio::spawn(async move {
                 loop {
                     kf.refresh().await;

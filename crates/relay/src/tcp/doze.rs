@@ -27,7 +27,7 @@ pub(super) enum Woke {
 pub(super) async fn doze(legs: &Legs<'_, '_>, done: [bool; 2]) -> Woke {
     let due = legs.cfg.idle_timeout.map(|t| legs.activity.due(t));
     let idle = due.map(|due| tokio::time::sleep_until(due));
-    let parked = legs.stop.cancelled();
+    let parked = legs.park.cancelled();
     tokio::pin!(idle, parked);
     std::future::poll_fn(|cx| {
         if parked.as_mut().poll(cx).is_ready() {

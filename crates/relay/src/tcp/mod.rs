@@ -441,16 +441,13 @@ fn run<'a, 'p: 'a>(
         // Set by the direction that ends first: the second one leaves its end
         // of file to close(2), which follows at once, instead of a shutdown.
         let ended = AtomicBool::new(done.contains(&true));
-        // The directions' park: cancelled by a park, or by the failure of
-        // either direction, which makes the other give back what it holds.
-        let stop = park.child_token();
         let legs = Legs {
             client: &client,
             upstream: &upstream,
             pool,
             counters,
             cfg,
-            stop: &stop,
+            park,
             activity: &activity,
             ended: &ended,
         };

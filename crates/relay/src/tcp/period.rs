@@ -31,7 +31,9 @@ pub(super) struct Legs<'s, 'p> {
     pub(super) pool: &'p PipePool,
     pub(super) counters: &'s Counters,
     pub(super) cfg: &'s TcpRelayConfig,
-    pub(super) stop: &'s CancellationToken,
+    /// The connection's park: the doze waits on it, and each period's
+    /// directions on a child of it ([`Legs::period`]).
+    pub(super) park: &'s CancellationToken,
     pub(super) activity: &'s Activity,
     pub(super) ended: &'s AtomicBool,
 }
@@ -41,6 +43,11 @@ impl<'p> Legs<'_, 'p> {
     /// anything.
     pub(super) async fn period(&self, starts: [Start<'p>; 2]) -> Period<'p> {
         let [start_target, start_client] = starts;
+        // The directions' park: cancelled by a park, or by the failure of
+        // either direction, which makes the other give back what it holds.
+        // A period's own, so that an idle connection keeps no second node
+        // in the cancellation tree.
+        let stop = self.park.child_token();
         let idle = [AtomicBool::new(false), AtomicBool::new(false)];
         let direction = |src, dst, bytes, idle| Direction {
             src,
@@ -51,7 +58,7 @@ impl<'p> Legs<'_, 'p> {
             ended: self.ended,
             activity: self.activity,
             cfg: self.cfg,
-            park: self.stop,
+            park: &stop,
             idle,
         };
         let counters = self.counters;
@@ -73,7 +80,7 @@ impl<'p> Legs<'_, 'p> {
             let a = to_target.run(start_target);
             let b = to_client.run(start_client);
             tokio::pin!(a, b);
-            let relay = failure::both(a, b, self.stop, [&idle[0], &idle[1]]);
+            let relay = failure::both(a, b, &stop, [&idle[0], &idle[1]]);
             tokio::pin!(relay);
             match self.cfg.idle_timeout {
                 None => Some(relay.await),
