@@ -231,6 +231,10 @@ def report(a, subjects, results, profile, secs, rounds, idle_n, started, reverse
     return "\n".join(lines) + "\n", tg
 
 
+# An idle connection's user-space memory: issue 4 asked 4 KiB, issue 25 2.
+IDLE_KIB = 2
+
+
 def targets(subjects, results):
     elk = "edgelinkd"
 
@@ -265,16 +269,16 @@ def targets(subjects, results):
     ]
     v = med(results[elk].get("rss_kib_conn", []))
     if v is None:
-        out.append(("idle connection, user space (KiB)", "≤ 4 KiB", "–", "–", "–", "–", "not measured"))
+        out.append(("idle connection, user space (KiB)", "≤ %g KiB" % IDLE_KIB, "–", "–", "–", "–", "not measured"))
     else:
         b, bn = best_peer(results, subjects, "pss_kib_conn", False)
         k = med(results[elk].get("kernel_kib_conn", []))
         kd = med(results["direct"].get("kernel_kib_conn", []))
-        out.append(("idle connection, user space (KiB)", "≤ 4 KiB (kernel beside it: %.1f KiB/conn, "
+        out.append(("idle connection, user space (KiB)", "≤ %g KiB (kernel beside it" % IDLE_KIB + ": %.1f KiB/conn, "
                     "%.1f beyond direct; %s pipes held)" % (k, k - kd, fmt("%d", med(results[elk].get("pipes", [])))),
                     "%.2f" % v, "%.2f (%s, Pss)" % (b, bn) if b is not None else "–", "–",
                     "%.2f× best" % (v / b) if b else "–",
-                    "**met**" if v <= 4 else "missed: %.2f KiB over" % (v - 4)))
+                    "**met**" if v <= IDLE_KIB else "missed: %.2f KiB over" % (v - IDLE_KIB)))
     return out
 
 
