@@ -7,9 +7,13 @@
 //! namespace it was created in whichever thread uses it afterwards, so tokio
 //! drives them all from its workers in the node namespace.
 //!
-//! Upstream TCP sockets are also kept in a small ready pool (refilled by the
-//! thread), so accepting a connection does not wait for a thread round trip
-//! (docs/architecture.md has the measurement behind this).
+//! Upstream TCP sockets, one per relayed connection, are the exception:
+//! the worker that needs one enters the namespace for the socket(2) call
+//! and its options and leaves it at once ([`Netns::run_here`]: two
+//! setns(2), ~2.5 µs), instead of a round trip to the thread (two
+//! cross-thread wakes, ~10 µs of CPU per connection). They can also be
+//! kept in a small ready pool refilled by the thread (`--socket-pool`;
+//! docs/architecture.md has the measurements behind both).
 
 use edgelink_netns::Netns;
 use edgelink_relay::SocketSource;
@@ -41,6 +45,8 @@ enum Request {
 /// The socket maker of one network namespace.
 pub struct Factory {
     tx: Mutex<mpsc::Sender<Request>>,
+    /// The namespace, for the upstream sockets the workers make there.
+    netns: Netns,
     /// Ready upstream TCP sockets, IPv4 and IPv6.
     pool4: Mutex<Vec<Socket>>,
     pool6: Mutex<Vec<Socket>>,
@@ -147,8 +153,10 @@ impl Factory {
     ) -> io::Result<Arc<Factory>> {
         let (tx, rx) = mpsc::channel::<Request>();
         let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
+        let here = netns.try_clone().map_err(io::Error::other)?;
         let f = Arc::new(Factory {
             tx: Mutex::new(tx),
+            netns: here,
             pool4: Mutex::new(Vec::new()),
             pool6: Mutex::new(Vec::new()),
             pool_size,
@@ -278,7 +286,8 @@ impl Factory {
         self.ask(|tx| Request::IfIndex(name, tx)).await
     }
 
-    /// An upstream TCP socket: from the pool when one is ready.
+    /// An upstream TCP socket: from the pool when one is ready, else made
+    /// here, on the calling thread, inside the namespace.
     pub async fn tcp(&self, v6: bool) -> io::Result<Socket> {
         if self.pool_size > 0 {
             let pool = if v6 { &self.pool6 } else { &self.pool4 };
@@ -290,7 +299,9 @@ impl Factory {
             }
         }
         let d = if v6 { Domain::IPV6 } else { Domain::IPV4 };
-        self.ask(|tx| Request::Tcp(d, tx)).await
+        self.netns
+            .run_here(|| tcp_socket(d, self.keepalive))
+            .map_err(io::Error::other)?
     }
 }
 

@@ -2,9 +2,12 @@
 //! code inside it on the current thread with the previous namespace restored
 //! afterwards (also on early return and panic).
 //!
-//! setns(2) switches only the calling thread. This crate must never be used
-//! to switch a thread that other code shares (a tokio worker): the daemon
-//! runs it on short-lived threads of its own ([`Netns::run_on_thread`]).
+//! setns(2) switches only the calling thread. A thread that other code
+//! shares (a tokio worker) must never be left in another namespace: the
+//! daemon enters them on threads of its own ([`Netns::run_on_thread`]),
+//! and a worker only for one synchronous call that cannot yield
+//! ([`Netns::run_here`]: an upstream socket made without a hop to
+//! another thread).
 
 use nix::sched::{setns, CloneFlags};
 use nix::sys::stat::fstat;
@@ -13,6 +16,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Magic number of nsfs, the filesystem behind /proc/*/ns/* and bind mounts of them.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
@@ -115,6 +119,51 @@ impl Netns {
         Ok(out)
     }
 
+    /// Run `f` on the calling thread inside this namespace and switch back
+    /// before returning: two setns(2) calls, with the thread's own
+    /// namespace opened once per thread (the first call's, which must be
+    /// made from the thread's home namespace). For short synchronous work
+    /// on a thread that other code shares, such as making a socket on a
+    /// tokio worker: `f` must not yield or block, since nothing else may
+    /// run on the thread meanwhile. A failure to switch back (or a panic
+    /// in `f` followed by one) aborts the process: running on in the pod's
+    /// namespace would make the wrong sockets.
+    pub fn run_here<T>(&self, f: impl FnOnce() -> T) -> Result<T, NetnsError> {
+        thread_local! {
+            static HOME: OnceLock<Result<OwnedFd, String>> = const { OnceLock::new() };
+        }
+        HOME.with(|home| {
+            let home = home.get_or_init(|| {
+                File::open("/proc/thread-self/ns/net")
+                    .map(OwnedFd::from)
+                    .map_err(|e| e.to_string())
+            });
+            let home = home.as_ref().map_err(|e| NetnsError::Open {
+                path: PathBuf::from("/proc/thread-self/ns/net"),
+                source: io::Error::other(e.clone()),
+            })?;
+            setns(&self.fd, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter {
+                path: self.path.clone(),
+                source,
+            })?;
+            let back = Back(home.as_fd());
+            let out = f();
+            drop(back);
+            Ok(out)
+        })
+    }
+
+    /// A second handle on the same namespace.
+    pub fn try_clone(&self) -> Result<Netns, NetnsError> {
+        Ok(Netns {
+            fd: self.fd.try_clone().map_err(|source| NetnsError::Open {
+                path: self.path.clone(),
+                source,
+            })?,
+            path: self.path.clone(),
+        })
+    }
+
     /// Run `f` on a new short-lived thread inside this namespace. The
     /// caller's thread never changes namespace; use this from async code
     /// (via spawn_blocking) or anywhere threads are shared.
@@ -150,6 +199,19 @@ impl Netns {
 impl AsFd for Netns {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+/// Switches the thread back to its home namespace when dropped, also when
+/// [`Netns::run_here`]'s work panics.
+struct Back<'a>(BorrowedFd<'a>);
+
+impl Drop for Back<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = setns(self.0, CloneFlags::CLONE_NEWNET) {
+            eprintln!("fatal: cannot switch a shared thread back to its network namespace: {e}");
+            std::process::abort();
+        }
     }
 }
 
@@ -231,6 +293,30 @@ mod tests {
             .unwrap();
         assert_eq!(on_thread, target.id().unwrap());
         assert_eq!(Netns::current().unwrap().id().unwrap(), before);
+    }
+
+    #[test]
+    fn run_here_switches_back_after_each_call_and_after_a_panic() {
+        let ns = TempNs::new("h");
+        let target = Netns::open(ns.path()).unwrap();
+        std::thread::spawn(move || {
+            let home = Netns::current().unwrap().id().unwrap();
+            for _ in 0..3 {
+                let inside = target
+                    .run_here(|| Netns::current().unwrap().id().unwrap())
+                    .unwrap();
+                assert_eq!(inside, target.id().unwrap());
+                assert_eq!(Netns::current().unwrap().id().unwrap(), home);
+            }
+            let clone = target.try_clone().unwrap();
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                clone.run_here(|| panic!("inside")).unwrap()
+            }));
+            assert!(panicked.is_err());
+            assert_eq!(Netns::current().unwrap().id().unwrap(), home);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
