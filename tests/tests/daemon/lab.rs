@@ -668,6 +668,8 @@ pub fn read_end(s: &mut TcpStream) -> Ended {
 pub struct Seen {
     /// SPEAK: bytes received after it shut its write side.
     pub speak: Mutex<Vec<u64>>,
+    /// SPEAK: the address each connection came from.
+    pub speak_peers: Mutex<Vec<std::net::IpAddr>>,
     /// OBSERVE: "eof <bytes>" or "reset <bytes>".
     pub observed: Mutex<Vec<String>>,
     /// STALL: bytes received once released.
@@ -724,8 +726,9 @@ fn start_servers(dev: &NsRuntime, seen: Arc<Seen>) {
     let speak_l = bind(SPEAK);
     let seen1 = seen.clone();
     dev.spawn(async move {
-        while let Ok((mut s, _)) = speak_l.accept().await {
+        while let Ok((mut s, peer)) = speak_l.accept().await {
             let seen = seen1.clone();
+            seen.speak_peers.lock().unwrap().push(peer.ip());
             tokio::spawn(async move {
                 if s.write_all(HELLO).await.is_err() || s.shutdown().await.is_err() {
                     return;

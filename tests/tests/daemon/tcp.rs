@@ -246,6 +246,10 @@ fn half_close_is_passed_on_in_both_directions() {
     );
     // Both ends closed: the relay ends the connection cleanly.
     assert_eq!(read_end(&mut s), Ended::Eof);
+    // The upstream socket was made inside the pod's namespace (by the
+    // worker, which entered it for that): the device saw the pod's net1.
+    let net1: std::net::IpAddr = l.net1_ip().parse().unwrap();
+    assert_eq!(*l.seen.speak_peers.lock().unwrap(), vec![net1]);
     let s = l.wait_status(Duration::from_secs(5), "connections ended", |s| {
         forward_of(s, "drain")["activeConnections"] == 0
             && forward_of(s, "speak")["activeConnections"] == 0
