@@ -12,7 +12,8 @@
 //! - `listen`: listeners and the TCP accept loops; `udp`: a UDP forward's
 //!   relay task; `resume`: connections a hand-over brought.
 //! - `connection`: one TCP connection: its place under the caps, admission,
-//!   connect (retries, PROXY header), the relay, reset when cut short.
+//!   connect (retries, PROXY header), the relay; `ending`: how the relay
+//!   ends (by itself, parked, reset when cut short) and what follows.
 //! - `protect`: the device's protection (queue, retries, latency).
 //! - `private_side`: which side of the pod a connection came from.
 //! - `reverse`, `follow`: reverse forwards and the names they follow.
@@ -28,6 +29,7 @@
 mod connection;
 pub mod ctx;
 pub mod cutoff;
+mod ending;
 pub mod factory;
 mod follow;
 pub mod health;

@@ -12,8 +12,9 @@
 //! all before the forward's listeners accept anything new, so a new client
 //! queues behind them.
 
-use crate::connection::{connection, finish, relay, relay_config, Entry, Slot};
+use crate::connection::{connection, relay_config, Entry, Slot};
 use crate::ctx::{Ctx, Ends};
+use crate::ending::{finish, relay};
 use crate::protect::{Admission, Place, Turn};
 use edgelink_handover::lot::{Guard, ParkedConn, Pending};
 use edgelink_relay::ParkedTcp;
@@ -164,6 +165,6 @@ fn relay_again(
         let (c, pipes) = (&ctx.forward.counters, &ctx.shared.pipes);
         let run = edgelink_relay::resume_tcp(p, pipes, c, &cfg, &park);
         let r = relay(std::pin::pin!(run), fds, &ctx.cutoff).await;
-        finish(&ctx, r, (slot, guard, place));
+        finish(&ctx, r, (slot, place), guard);
     }
 }
