@@ -381,17 +381,7 @@ impl<'a, 'p> Direction<'a, 'p> {
                         }
                         Err(e) if would_block(&e) => {
                             // Backpressure: wait for the destination only;
-                            // the source is not read meanwhile. Its arrivals
-                            // would still wake this thread at every `lowat`
-                            // bytes (an edge of its registration each, though
-                            // nothing waits for it: ~18 per MB at 64 KiB):
-                            // raised to a pipe's worth, at most one. Waiting
-                            // for the source sets it back (`wait_readable`).
-                            let held = p.capacity();
-                            if lowat < held {
-                                crate::sockopt::set_rcvlowat(self.src, held)?;
-                                lowat = held;
-                            }
+                            // the source is not read meanwhile.
                             match self.writable().await {
                                 Some(r) => r?,
                                 None => return Ok(Spliced::Parked { pipe, eof }),
