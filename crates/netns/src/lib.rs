@@ -12,11 +12,11 @@
 use nix::sched::{setns, CloneFlags};
 use nix::sys::stat::fstat;
 use nix::sys::statfs::fstatfs;
+use std::cell::OnceCell;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 /// Magic number of nsfs, the filesystem behind /proc/*/ns/* and bind mounts of them.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
@@ -130,18 +130,22 @@ impl Netns {
     /// namespace would make the wrong sockets.
     pub fn run_here<T>(&self, f: impl FnOnce() -> T) -> Result<T, NetnsError> {
         thread_local! {
-            static HOME: OnceLock<Result<OwnedFd, String>> = const { OnceLock::new() };
+            static HOME: OnceCell<OwnedFd> = const { OnceCell::new() };
         }
         HOME.with(|home| {
-            let home = home.get_or_init(|| {
-                File::open("/proc/thread-self/ns/net")
-                    .map(OwnedFd::from)
-                    .map_err(|e| e.to_string())
-            });
-            let home = home.as_ref().map_err(|e| NetnsError::Open {
-                path: PathBuf::from("/proc/thread-self/ns/net"),
-                source: io::Error::other(e.clone()),
-            })?;
+            // Opened on the first call that finds it, and kept: a failure
+            // (out of descriptors, say) is not, so the next call tries again.
+            let home = match home.get() {
+                Some(fd) => fd,
+                None => {
+                    let path = "/proc/thread-self/ns/net";
+                    let fd = File::open(path).map_err(|source| NetnsError::Open {
+                        path: PathBuf::from(path),
+                        source,
+                    })?;
+                    home.get_or_init(|| fd.into())
+                }
+            };
             setns(&self.fd, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter {
                 path: self.path.clone(),
                 source,
