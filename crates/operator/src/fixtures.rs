@@ -58,3 +58,59 @@ spec:
         (("telemetry".into(), "collector".into()), collector),
     ])
 }
+
+/// A running pod with `labels`, one address, on `node`.
+pub fn pod(
+    ns: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    ip: &str,
+    node: &str,
+) -> k8s_openapi::api::core::v1::Pod {
+    let labels: std::collections::BTreeMap<&str, &str> = labels.iter().copied().collect();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns, "labels": labels, "uid": format!("uid-{name}")},
+        "spec": {"nodeName": node, "containers": []},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}
+    }))
+    .expect("a pod")
+}
+
+/// `p` in phase `phase`.
+pub fn phase(
+    mut p: k8s_openapi::api::core::v1::Pod,
+    phase: &str,
+) -> k8s_openapi::api::core::v1::Pod {
+    if let Some(s) = p.status.as_mut() {
+        s.phase = Some(phase.into());
+    }
+    p
+}
+
+/// The proxy pod of device01-01 on kedge1 (as render makes it).
+pub fn proxy_pod() -> k8s_openapi::api::core::v1::Pod {
+    pod(
+        "hil",
+        "device01-01-0",
+        &[
+            ("app.kubernetes.io/managed-by", "edgelink-operator"),
+            ("edgelink.io/device", "device01-01"),
+            ("edgelink.io/proxy", "device01-01"),
+        ],
+        "10.244.1.9",
+        "kedge1",
+    )
+}
+
+/// A DeviceLease created at second `created` of 2026-01-01.
+pub fn lease(ns: &str, name: &str, created: i64, spec: &str) -> crate::crd::DeviceLease {
+    let t = k8s_openapi::jiff::Timestamp::from_second(1_767_225_600 + created).expect("a time");
+    let spec: serde_json::Value = serde_norway::from_str(spec).expect("a lease's spec");
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "edgelink.io/v1alpha1", "kind": "DeviceLease",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                     "creationTimestamp": t.to_string()},
+        "spec": spec
+    }))
+    .expect("a DeviceLease")
+}

@@ -18,13 +18,19 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod access;
 mod cel;
 mod health;
+mod lease;
 mod reverse;
 mod status;
+pub use access::{ClientPeer, DeviceAccess, MAX_PEERS};
 pub use health::{
     DeviceHealth, ProbeType, DEFAULT_FAILURE_THRESHOLD, DEFAULT_INTERVAL_SECONDS,
     DEFAULT_SUCCESS_THRESHOLD, DEFAULT_TIMEOUT_SECONDS,
+};
+pub use lease::{
+    DeviceLease, DeviceLeaseSpec, DeviceLeaseStatus, LeaseHolder, LeaseState, MAX_DURATION_SECONDS,
 };
 pub use reverse::{DeviceReverse, ReverseStatus, ServiceRef, MAX_IDLE_TIMEOUT_MS};
 pub use status::{DeviceStatus, NodeStatus, PortStatus};
@@ -218,6 +224,12 @@ pub struct DeviceSpec {
     /// (plugin `allowForeignSources`; default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_foreign_sources: Option<bool>,
+    /// Who may use the device (`allowedClients`); absent: every client.
+    /// edgelinkd checks each connection of the relay path; a NetworkPolicy
+    /// of the same peers covers the kernel path where the cluster's
+    /// network enforces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<DeviceAccess>,
 }
 
 #[derive(
@@ -508,7 +520,7 @@ pub struct NetworkAttachmentDefinitionSpec {
     pub config: String,
 }
 
-/// Both CRDs as one multi-document YAML, as stored in
+/// The CRDs (Device, EdgeNetwork, DeviceLease) as one multi-document YAML, as stored in
 /// daemonset/operator/crds.yaml: with the CEL rules, for Kubernetes 1.31
 /// and later.
 pub fn crds_yaml() -> String {
@@ -536,7 +548,7 @@ fn yaml(header: &str, edit: fn(&mut serde_json::Value)) -> String {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
     let mut out = String::from(header);
-    for crd in [Device::crd(), EdgeNetwork::crd()] {
+    for crd in [Device::crd(), EdgeNetwork::crd(), DeviceLease::crd()] {
         let mut v = serde_json::to_value(&crd).expect("a CRD serialises");
         drop_unsigned_formats(&mut v);
         edit(&mut v);
