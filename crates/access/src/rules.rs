@@ -121,21 +121,23 @@ impl Rule {
 /// One attachment's place in the rules: what its forwards ask.
 #[derive(Debug)]
 pub struct Slot {
+    /// The attachment's key, `namespace/pod`.
+    pub key: String,
     rule: RwLock<Option<Arc<Rule>>>,
     /// Bumped when the rule changes.
     changed: watch::Sender<u64>,
 }
 
-impl Default for Slot {
-    fn default() -> Self {
+impl Slot {
+    /// An open slot, in no [`Access`] (tests, an attachment without a pod).
+    pub fn open(key: &str) -> Slot {
         Slot {
+            key: key.to_string(),
             rule: RwLock::new(None),
             changed: watch::channel(0).0,
         }
     }
-}
 
-impl Slot {
     /// The rule now; None: open to every client.
     pub fn rule(&self) -> Option<Arc<Rule>> {
         self.rule.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -206,7 +208,7 @@ impl Access {
         if let Some(s) = inner.slots.get(key) {
             return s.clone();
         }
-        let s = Arc::new(Slot::default());
+        let s = Arc::new(Slot::open(key));
         let rule = inner
             .rules
             .attachments

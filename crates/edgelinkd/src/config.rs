@@ -5,8 +5,10 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod audit_args;
 mod layers;
 
+pub use audit_args::AuditArgs;
 pub use layers::{parse, ParseError};
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/edgelink";
@@ -31,6 +33,9 @@ pub enum Command {
     Run(RunArgs),
     /// Show a running daemon's attachments, forwards and counters.
     Status(StatusArgs),
+    /// Show the last connections a running daemon relayed or refused (its
+    /// audit trail, as kept in memory).
+    Audit(AuditArgs),
 }
 
 /// Seconds (`20`, `0.5`), or a duration with units (`20s`, `500ms`,
@@ -351,6 +356,21 @@ pub struct RunArgs {
     /// as lost within its --node-lost-after of the last one.
     #[arg(long, env = "EDGELINKD_STATUS_WEBHOOK_HEARTBEAT", default_value = "0.5", value_parser = secs)]
     pub status_webhook_heartbeat: Duration,
+    /// The audit trail, a JSON line per relayed connection (and per refused
+    /// client): on stdout (`stdout`), or not (`off`; --audit-files still
+    /// writes files).
+    #[arg(long, default_value = "stdout", value_parser = ["stdout", "off"])]
+    pub audit: String,
+    /// Also write the audit lines to <state-dir>/audit/audit.log, rotated
+    /// at --audit-file-size into audit.log.1, .2, ...
+    #[arg(long, default_value = "false", action = clap::ArgAction::Set, value_parser = clap::value_parser!(bool))]
+    pub audit_files: bool,
+    /// Rotate the audit file once it is this long (bytes).
+    #[arg(long, default_value = "16777216", value_parser = clap::value_parser!(u64).range(4096..))]
+    pub audit_file_size: u64,
+    /// Rotated audit files kept beside the current one.
+    #[arg(long, default_value = "4", value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub audit_files_kept: u32,
     /// This node's name in /status (default: $NODE_NAME, else the hostname).
     #[arg(long)]
     pub node_name: Option<String>,
@@ -515,7 +535,24 @@ impl RunArgs {
             cluster_resolv_conf: self.cluster_resolv_conf.0.clone(),
             operator_grants: (self.status_webhook.is_some() || self.status_webhook_file.is_some())
                 && !self.status_webhook_heartbeat.is_zero(),
+            // Started by the daemon (a thread): `run`.
+            audit: edgelink_access::Audit::off(),
         }
+    }
+
+    /// Where the audit lines go; `None`: nowhere.
+    pub fn audit_settings(&self) -> Option<edgelink_access::audit::Settings> {
+        let stdout = self.audit == "stdout";
+        if !stdout && !self.audit_files {
+            return None;
+        }
+        Some(edgelink_access::audit::Settings {
+            stdout,
+            dir: self.audit_files.then(|| self.state_dir.join("audit")),
+            max_file_bytes: self.audit_file_size,
+            keep_files: self.audit_files_kept as usize,
+            ..Default::default()
+        })
     }
 
     /// The status server's bounds.

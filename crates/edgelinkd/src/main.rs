@@ -3,6 +3,7 @@
 //! namespace and relays them to the devices: TCP with splice(2), UDP with
 //! batched syscalls. One process for the node; health, metrics, JSON status.
 
+mod audit;
 mod control;
 mod daemon;
 mod gate;
@@ -50,6 +51,7 @@ fn main() {
     let result = match cli.command {
         Command::Run(args) => rt.block_on(run(args)).map(|()| 0),
         Command::Status(args) => rt.block_on(status::run(args)),
+        Command::Audit(args) => rt.block_on(audit::run(args)),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -102,11 +104,11 @@ async fn run(mut args: RunArgs) -> anyhow::Result<()> {
     };
 
     let (workers, died) = process::start_workers(&args)?;
-    let node = edgelink_node::Node::new(
-        args.node_settings(),
-        process::node_name(&args),
-        workers.clone(),
-    );
+    let mut settings = args.node_settings();
+    if let Some(a) = args.audit_settings() {
+        settings.audit = edgelink_access::Audit::start(a).context("the audit trail")?;
+    }
+    let node = edgelink_node::Node::new(settings, process::node_name(&args), workers.clone());
     process::replace_dead_workers(workers.clone(), node.clone(), died)?;
     let d = Daemon::new(args.clone(), node);
     // Nothing that was handed over is served before the old daemon
@@ -206,6 +208,8 @@ fn reports(d: &std::sync::Arc<Daemon>) -> anyhow::Result<Option<Reports>> {
         node: d.node.status().node,
         every: args.status_webhook_heartbeat,
         grants: d.node.grants.clone(),
+        access: d.node.access.clone(),
+        state_dir: args.state_dir.clone(),
     };
     Ok(Some((hook, beat)))
 }

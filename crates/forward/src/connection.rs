@@ -3,13 +3,16 @@
 //! with the PROXY protocol header) and the relay itself (how it ends:
 //! `ending.rs`).
 
+use crate::clients::{self, Rechecked};
 use crate::ctx::{target_name, Ctx, Ends, Shared};
+use crate::cutoff::Cut;
 use crate::ending::{finish, relay};
 use crate::protect::{Admission, Place, Protection, Turn};
 use crate::runtime::ForwardRuntime;
 use crate::sockopt;
+use edgelink_access::Ended;
 use edgelink_handover::lot::{Guard, Item, ParkedConn, Pending};
-use edgelink_relay::{relay_tcp, Counters, TcpRelayConfig};
+use edgelink_relay::{relay_tcp, Counters, Relayed, Tally};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -101,6 +104,10 @@ struct Relay {
     held: (Slot, Guard, Option<Place>),
     park: tokio_util::sync::CancellationToken,
     handed: bool,
+    /// The client's address at accept, and when it came
+    /// ([`clients::now_ms`]): for its audit line.
+    peer: SocketAddr,
+    since: u64,
 }
 
 /// Admission under `maxConnections`, then the connect: the relay to run,
@@ -121,7 +128,7 @@ fn setup(
         // A token of its own, cancelled by a hand-over or the attachment's
         // close (cutoff.rs): every wait of the relay registers with it, and
         // the daemon-wide one is not a lock all connections contend for.
-        let park = ctx.cutoff.token(&ctx.shared.lot);
+        let mut park = ctx.cutoff.token(&ctx.shared.lot);
         // Admission under `maxConnections` (first in, first out; the place is
         // held until the relay ends), then the connect. A hand-over meanwhile
         // takes the client as it is, with its place or its wait: the next
@@ -131,26 +138,30 @@ fn setup(
         // before, whose listener may not have carried the relay's options.
         let handed = matches!(entry, Entry::Handed(..));
         let (turn, since) = entry.turn(&f.protection);
+        let started = clients::now_ms();
         let mut admitted = false;
-        let setup = tokio::select! {
-            biased;
-            () = park.cancelled() => ctx.cutoff.is_closed().then_some(Setup::Refused),
-            // Boxed: the wait for a place and the connect (1.3 KiB) would
-            // otherwise stay in the future of every relayed connection.
-            r = Box::pin(admit_and_connect(&ctx, &client, ends, turn, &mut admitted)) => Some(r),
-        };
-        let Some(setup) = setup else {
-            let queued_since = (!admitted).then_some(since);
-            match client.into_std() {
-                Ok(client) => ctx.shared.lot.park(Item::Conn(
-                    ctx.id(),
-                    ParkedConn::Pending(Pending {
-                        client,
-                        queued_since,
-                    }),
-                )),
-                Err(e) => tracing::debug!(error = %e, "cannot hand a waiting connection over"),
+        // Boxed: the wait for a place and the connect (1.3 KiB) would
+        // otherwise stay in the future of every relayed connection.
+        let mut work = Box::pin(admit_and_connect(&ctx, &client, ends, turn, &mut admitted));
+        let setup = loop {
+            tokio::select! {
+                biased;
+                () = park.cancelled() => match ctx.cutoff.why(&ctx.shared.lot) {
+                    Cut::Closed => break Some(Setup::Refused(Ended::Reset)),
+                    Cut::HandOver => break None,
+                    // The access rules changed: a client still let through
+                    // waits on, with a fresh token.
+                    Cut::Revoked => match clients::still_admits(&ctx, ends.peer) {
+                        Ok(()) => park = ctx.cutoff.token(&ctx.shared.lot),
+                        Err(e) => break Some(Setup::Refused(e)),
+                    },
+                },
+                r = &mut work => break Some(r),
             }
+        };
+        drop(work);
+        let Some(setup) = setup else {
+            park_pending(&ctx, client, (!admitted).then_some(since));
             drop((slot, guard));
             return None;
         };
@@ -162,9 +173,12 @@ fn setup(
                 held: (slot, guard, permit),
                 park,
                 handed,
+                peer: ends.peer,
+                since: started,
             }),
-            Setup::Refused => {
+            Setup::Refused(ended) => {
                 let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                clients::audit(&ctx, ends.peer, started, (0, 0), ended);
                 None
             }
             Setup::Left => None,
@@ -180,24 +194,86 @@ impl Relay {
         // The fields are used where they lie: moved into locals, they would
         // take their room twice in this future.
         async move {
-            let mut cfg = relay_config(&self.ctx);
+            let mut cfg = self.ctx.relay_config();
             cfg.prepared &= !self.handed;
             let fds = [self.client.as_raw_fd(), self.upstream.as_raw_fd()];
             let (c, pipes) = (&self.ctx.forward.counters, &self.ctx.shared.pipes);
-            let run = relay_tcp(self.client, self.upstream, pipes, c, &cfg, &self.park);
+            let tally = Tally::default();
+            let audited = self.ctx.shared.audit.is_on().then_some(&tally);
+            let run = relay_tcp(
+                self.client,
+                self.upstream,
+                pipes,
+                c,
+                &cfg,
+                &self.park,
+                audited,
+            );
             let r = relay(std::pin::pin!(run), fds, &self.ctx.cutoff).await;
+            let r = settle(&self.ctx, r, &tally, self.peer, self.since).await;
             let (slot, guard, permit) = self.held;
             finish(&self.ctx, r, (slot, permit), guard);
         }
     }
 }
 
+/// After a relay: one stopped for the access rules' change goes on (or
+/// is reset), and the connection's audit line is written; what is left
+/// for [`finish`].
+pub(crate) async fn settle(
+    ctx: &Ctx,
+    r: Option<Relayed>,
+    tally: &Tally,
+    peer: SocketAddr,
+    since: u64,
+) -> Option<Relayed> {
+    let revoked =
+        matches!(r, Some(Relayed::Parked(_))) && ctx.cutoff.why(&ctx.shared.lot) == Cut::Revoked;
+    let (r, ended) = match r {
+        Some(Relayed::Parked(p)) if revoked => {
+            // Boxed: only a connection that lives through a change of the
+            // rules holds this.
+            match Box::pin(clients::go_on(ctx, p, tally)).await {
+                Rechecked::Relayed(r) => {
+                    let e = clients::ended(&r);
+                    (r, e)
+                }
+                Rechecked::Cut(e) => (None, Some(e)),
+            }
+        }
+        r => {
+            let e = clients::ended(&r);
+            (r, e)
+        }
+    };
+    if let Some(e) = ended {
+        clients::audit(ctx, peer, since, tally.get(), e);
+    }
+    r
+}
+
+/// A client that waited for its place or its connect, handed over as it
+/// is: the next daemon connects it, or queues it again in its turn.
+fn park_pending(ctx: &Ctx, client: tokio::net::TcpStream, queued_since: Option<Instant>) {
+    match client.into_std() {
+        Ok(client) => ctx.shared.lot.park(Item::Conn(
+            ctx.id(),
+            ParkedConn::Pending(Pending {
+                client,
+                queued_since,
+            }),
+        )),
+        Err(e) => tracing::debug!(error = %e, "cannot hand a waiting connection over"),
+    }
+}
+
 /// How admission and the connect ended.
 enum Setup {
     Go(Option<Place>, tokio::net::TcpStream),
-    /// Queue timeout, full queue, or the target cannot be reached: the
-    /// client is reset.
-    Refused,
+    /// Waited too long for the lease or a place, full queue, refused
+    /// after its wait, or the target cannot be reached: the client is
+    /// reset.
+    Refused(Ended),
     /// The client reset while it waited for a place or for the connect.
     Left,
 }
@@ -210,15 +286,22 @@ async fn admit_and_connect(
     admitted: &mut bool,
 ) -> Setup {
     let f = &ctx.forward;
+    if clients::waits(ctx, ends.peer.ip()) {
+        match clients::wait_turn(ctx, client, ends.peer).await {
+            Ok(()) => {}
+            Err(Some(e)) => return Setup::Refused(e),
+            Err(None) => return Setup::Left,
+        }
+    }
     let permit = match f.protection.wait(turn, client).await {
         Admission::Go(p) => p,
         Admission::TimedOut => {
             tracing::debug!("waited longer than the queue timeout: reset");
-            return Setup::Refused;
+            return Setup::Refused(Ended::QueueTimeout);
         }
         Admission::Full => {
             tracing::debug!("queue full: reset");
-            return Setup::Refused;
+            return Setup::Refused(Ended::Reset);
         }
         Admission::Left => return Setup::Left,
     };
@@ -245,22 +328,8 @@ async fn admit_and_connect(
             f.reach(false, Some(e.to_string()));
             tracing::debug!(error = %e, "connect to the target failed");
             // The client sees a reset at once, as if the target refused.
-            Setup::Refused
+            Setup::Refused(Ended::ConnectFailed)
         }
-    }
-}
-
-pub(crate) fn relay_config(ctx: &Ctx) -> TcpRelayConfig {
-    let args = &ctx.shared.settings;
-    TcpRelayConfig {
-        pipe_size: args.pipe_size,
-        bulk_lowat: args.bulk_lowat,
-        set_nodelay: false,
-        idle_timeout: ctx.forward.idle_timeout,
-        keepalive: (!args.tcp_keepalive.is_zero()).then_some(args.tcp_keepalive),
-        // The listener (listen.rs) and the factory set them.
-        prepared: true,
-        ..Default::default()
     }
 }
 

@@ -8,6 +8,7 @@ use crate::factory::Factory;
 use crate::private_side::PrivateSide;
 use crate::runtime::ForwardRuntime;
 use crate::workers::Workers;
+use edgelink_access::{Audit, Slot};
 use edgelink_fd_reserve::FdReserve;
 use edgelink_handover::lot::{ForwardId, Lot};
 use edgelink_relay::PipePool;
@@ -54,6 +55,8 @@ pub struct Shared {
     /// Where a hand-over parks what the forwards hold, and where the
     /// forwards find what was handed to this daemon.
     pub lot: Arc<Lot>,
+    /// The audit trail: a line per connection.
+    pub audit: Audit,
 }
 
 pub struct Ctx {
@@ -70,6 +73,8 @@ pub struct Ctx {
     /// The attachment's: where each relayed connection gets the one token
     /// it waits on, for a hand-over and for `close` alike.
     pub cutoff: Arc<Cutoff>,
+    /// The attachment's access rules: who may connect.
+    pub access: Arc<Slot>,
     /// Whether the forward's reachability probe runs (`--probe-interval`):
     /// not when the attachment has a `health` probe, which replaces it.
     pub reachability_probe: bool,
@@ -111,6 +116,21 @@ impl Ctx {
         }
     }
 
+    /// How the relay of one of this forward's connections moves bytes.
+    pub(crate) fn relay_config(&self) -> edgelink_relay::TcpRelayConfig {
+        let args = &self.shared.settings;
+        edgelink_relay::TcpRelayConfig {
+            pipe_size: args.pipe_size,
+            bulk_lowat: args.bulk_lowat,
+            set_nodelay: false,
+            idle_timeout: self.forward.idle_timeout,
+            keepalive: (!args.tcp_keepalive.is_zero()).then_some(args.tcp_keepalive),
+            // The listener (listen.rs) and the factory set them.
+            prepared: true,
+            ..Default::default()
+        }
+    }
+
     pub(crate) fn clone_for(&self) -> Ctx {
         Ctx {
             attachment: self.attachment.clone(),
@@ -122,6 +142,7 @@ impl Ctx {
             stop: self.stop.clone(),
             close: self.close.clone(),
             cutoff: self.cutoff.clone(),
+            access: self.access.clone(),
             reachability_probe: self.reachability_probe,
         }
     }

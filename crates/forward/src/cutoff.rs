@@ -1,5 +1,7 @@
 //! What ends an attachment's relayed connections from outside: a
-//! hand-over (they park) or the attachment going (they are reset). Each
+//! hand-over (they park), the attachment going (they are reset), or its
+//! access rules changing (they stop, and go on if their client is still
+//! let through: `clients.rs`). Each
 //! connection waits on one token for both, not on a token and a watch:
 //! the second wait was ~200 bytes of every idle connection's task.
 
@@ -7,6 +9,17 @@ use edgelink_handover::lot::Lot;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
+
+/// Why a connection's token was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// The attachment is gone: reset.
+    Closed,
+    /// A hand-over: parked into the lot.
+    HandOver,
+    /// The access rules changed: checked again.
+    Revoked,
+}
 
 /// One per attachment, shared by the contexts of its forwards.
 #[derive(Debug, Default)]
@@ -51,6 +64,26 @@ impl Cutoff {
         }
     }
 
+    /// The access rules changed: every connection's token is cancelled, so
+    /// that each checks its client again; tokens taken from now on are
+    /// fresh.
+    pub fn revoke(&self) {
+        if let Some(p) = self.lock().take() {
+            p.cancel();
+        }
+    }
+
+    /// Why a connection's token was cancelled.
+    pub fn why(&self, lot: &Lot) -> Cut {
+        if self.is_closed() {
+            Cut::Closed
+        } else if lot.token().is_cancelled() {
+            Cut::HandOver
+        } else {
+            Cut::Revoked
+        }
+    }
+
     /// Whether the attachment is gone (a cancelled token is a reset then,
     /// not a park).
     pub fn is_closed(&self) -> bool {
@@ -89,5 +122,22 @@ mod tests {
         // Another attachment's are not.
         let other = Cutoff::default();
         assert!(!other.token(&lot).is_cancelled());
+    }
+
+    #[test]
+    fn a_revoke_cancels_the_tokens_so_far_and_says_so() {
+        let lot = Lot::default();
+        let cut = Cutoff::default();
+        let a = cut.token(&lot);
+        cut.revoke();
+        assert!(a.is_cancelled());
+        assert_eq!(cut.why(&lot), Cut::Revoked);
+        let b = cut.token(&lot);
+        assert!(!b.is_cancelled(), "a token after the revoke is fresh");
+        lot.start_parking();
+        assert!(b.is_cancelled());
+        assert_eq!(cut.why(&lot), Cut::HandOver);
+        cut.close();
+        assert_eq!(cut.why(&lot), Cut::Closed);
     }
 }

@@ -144,7 +144,7 @@ mod tests {
         let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
         let park = cutoff.token(&edgelink_handover::lot::Lot::default());
         let run = std::pin::pin!(edgelink_relay::relay_tcp(
-            client, upstream, pipes, counters, cfg, &park
+            client, upstream, pipes, counters, cfg, &park, None
         ));
         relay(run, fds, cutoff).await
     }
@@ -209,7 +209,7 @@ mod tests {
             let cutoff = Cutoff::default();
             let fds = [client.as_raw_fd(), upstream.as_raw_fd()];
             let mut run = std::pin::pin!(edgelink_relay::relay_tcp(
-                client, upstream, &pipes, &counters, &cfg, &park
+                client, upstream, &pipes, &counters, &cfg, &park, None
             ));
             let run_size = std::mem::size_of_val(&*run);
             let outer = std::mem::size_of_val(&relay(run.as_mut(), fds, &cutoff));

@@ -15,6 +15,8 @@
 //!   connect (retries, PROXY header), the relay; `ending`: how the relay
 //!   ends (by itself, parked, reset when cut short) and what follows.
 //! - `protect`: the device's protection (queue, retries, latency).
+//! - [`clients`]: who may connect (the access rules: allowedClients, the
+//!   lease) and the audit line of each connection.
 //! - `private_side`: which side of the pod a connection came from.
 //! - `reverse`, `follow`: reverse forwards and the names they follow.
 //! - `probe`: the reachability probe; [`health`]: the attachment's device
@@ -26,6 +28,7 @@
 //! - [`ctx`]: what a forward's tasks are given; [`cutoff`]: what ends
 //!   an attachment's connections (a hand-over, or the attachment going).
 
+pub mod clients;
 mod connection;
 pub mod ctx;
 pub mod cutoff;

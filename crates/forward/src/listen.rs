@@ -291,8 +291,8 @@ fn accept_failed(ctx: &Ctx, e: std::io::Error, warned: &mut Option<std::time::In
 }
 
 /// Whether an accepted client is served: not gone already, not from the
-/// private side (or, for a reverse forward, an allowed source), and under
-/// the daemon's connection cap. A refused one is reset and counted.
+/// private side (or, for a reverse forward, an allowed source), let
+/// through by the access rules, and under the daemon's connection cap. A refused one is reset and counted.
 fn admit(
     ctx: &Ctx,
     client: &tokio::net::TcpStream,
@@ -309,6 +309,9 @@ fn admit(
         Counters::inc(&ctx.forward.counters.refused);
         tracing::debug!(%peer, ingress = %ingress.map_or("unknown".to_string(), |i| i.to_string()), "refused a connection (private side, or not an allowed source)");
         let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
+        return None;
+    }
+    if !crate::clients::admits(ctx, client, peer) {
         return None;
     }
     let Some(slot) = Slot::take(ctx) else {

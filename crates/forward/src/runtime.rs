@@ -9,6 +9,24 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// A forward's counts of the access rules at work.
+#[derive(Debug, Default)]
+pub struct AccessCounters {
+    /// Clients refused because `allowedClients` does not select them.
+    pub refused_policy: AtomicU64,
+    /// Clients refused because the device is leased to someone else.
+    pub refused_lease: AtomicU64,
+    /// Relayed connections reset because the rules changed (a lease
+    /// taken, a client no longer allowed).
+    pub reset: AtomicU64,
+    /// Clients that waited for their lease; and those that waited longer
+    /// than the queue timeout.
+    pub waited: AtomicU64,
+    pub wait_timeouts: AtomicU64,
+    /// The second of the last refusal logged at info (one a second).
+    pub(crate) logged: AtomicU64,
+}
+
 /// Mutable state of one forward (counters live in [`Counters`]).
 #[derive(Debug, Default)]
 pub struct ForwardState {
@@ -33,6 +51,8 @@ pub struct ForwardRuntime {
     pub rejected: AtomicU64,
     /// TCP: the device's protection (queue, retries, connect latency).
     pub protection: Protection,
+    /// The access rules at work: refusals, resets, waits.
+    pub access: AccessCounters,
     /// The kernel path: packets each way, from the table's counters.
     pub packets_to_target: AtomicU64,
     pub packets_to_client: AtomicU64,
@@ -80,6 +100,7 @@ impl ForwardRuntime {
             idle_timeout: (!idle.is_zero()).then_some(idle),
             rejected: AtomicU64::new(0),
             protection: Protection::new(limits),
+            access: Default::default(),
             packets_to_target: AtomicU64::new(0),
             packets_to_client: AtomicU64::new(0),
             reverse: None,
@@ -186,6 +207,11 @@ impl ForwardRuntime {
             connect_retries_total: Counters::get(&p.retries),
             connect_latency: tcp.then(|| p.latency.snapshot()),
             connections_rejected_total: Counters::get(&self.rejected),
+            refused_by_policy_total: Counters::get(&self.access.refused_policy),
+            refused_by_lease_total: Counters::get(&self.access.refused_lease),
+            access_resets_total: Counters::get(&self.access.reset),
+            lease_waits_total: Counters::get(&self.access.waited),
+            lease_wait_timeouts_total: Counters::get(&self.access.wait_timeouts),
             idle_timeouts_total: Counters::get(&c.idle_timeouts),
             last_error: s.last_error.clone(),
             last_error_at: (s.last_error_at > 0).then_some(s.last_error_at),

@@ -22,9 +22,15 @@ pub fn spawn(ctx: &Ctx, w: usize, forward: UdpForward) -> JoinHandle<()> {
         ..Default::default()
     };
     let private = ctx.private.clone();
+    // A forward's datagrams also pass the access rules (a client waiting
+    // for its lease is refused: a datagram cannot wait).
+    let access = ctx.access.clone();
     let refuse: Arc<edgelink_relay::RefuseFn> = match f.reverse.clone() {
         Some(r) => Arc::new(move |peer, ifindex| !r.admits(peer, ifindex, private.ifindex)),
-        None => Arc::new(move |peer, ifindex| private.refuses(peer, None, ifindex)),
+        None => Arc::new(move |peer, ifindex| {
+            private.refuses(peer, None, ifindex)
+                || access.verdict(peer.ip()) != edgelink_access::Verdict::Allowed
+        }),
     };
     let mut stop = ctx.stop.clone();
     let fr = f.clone();

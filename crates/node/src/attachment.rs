@@ -46,6 +46,10 @@ pub struct Attachment {
     /// the task that holds them.
     pub vip: Option<Arc<VipRuntime>>,
     pub(crate) vip_task: Option<JoinHandle<()>>,
+    /// Its access rules, and the task that makes its connections check
+    /// them again when they change.
+    pub(crate) access: Arc<edgelink_access::Slot>,
+    pub(crate) access_task: Option<JoinHandle<()>>,
 }
 
 impl Attachment {
@@ -55,6 +59,7 @@ impl Attachment {
         record: Record,
         netns_id: (u64, u64),
         forwards: Vec<Arc<ForwardRuntime>>,
+        access: Arc<edgelink_access::Slot>,
     ) -> Attachment {
         let health = record
             .health
@@ -86,7 +91,31 @@ impl Attachment {
             health_task: None,
             vip,
             vip_task: None,
+            access,
+            access_task: None,
         }
+    }
+
+    /// The access rules' key of an attachment: `namespace/pod` (the
+    /// operator's name for a proxy pod's), else its container and ifname
+    /// (which no rule names: open).
+    pub(crate) fn access_key(record: &Record) -> String {
+        match (&record.pod_namespace, &record.pod_name) {
+            (Some(ns), Some(pod)) => format!("{ns}/{pod}"),
+            _ => format!("{}/{}", record.container_id, record.ifname),
+        }
+    }
+
+    /// Every change of its access rules stops its relayed connections where
+    /// they stand, to be checked again (edgelink-forward's clients.rs).
+    pub(crate) fn watch_access(&mut self) {
+        let mut changes = self.access.subscribe();
+        let cutoff = self.cutoff.clone();
+        self.access_task = Some(tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                cutoff.revoke();
+            }
+        }));
     }
 
     /// Stop serving and return once its tasks are gone, and with them its
@@ -100,7 +129,8 @@ impl Attachment {
             .into_iter()
             .flatten()
             .chain(self.health_task)
-            .chain(self.vip_task);
+            .chain(self.vip_task)
+            .chain(self.access_task);
         let tasks: Vec<JoinHandle<()>> = tasks.collect();
         for t in &tasks {
             t.abort();
@@ -159,6 +189,7 @@ impl Attachment {
             stop: self.stop.subscribe(),
             close: self.close.subscribe(),
             cutoff: self.cutoff.clone(),
+            access: self.access.clone(),
             reachability_probe: self.record.health.is_none(),
         };
         Some((ctx, std::mem::take(&mut self.tasks[i])))

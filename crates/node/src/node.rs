@@ -48,6 +48,8 @@ pub struct Settings {
     /// none is held until it answers. Otherwise each attachment holds its
     /// own ([`edgelink_status::grants`]).
     pub operator_grants: bool,
+    /// The audit trail (a line per connection), started by the daemon.
+    pub audit: edgelink_access::Audit,
 }
 
 /// The passes asked for since the last one began (asked.rs).
@@ -99,6 +101,9 @@ pub struct Node {
     /// Who may hold the attachments' virtual addresses (the heartbeat's
     /// answers, or each its own).
     pub grants: Arc<Grants>,
+    /// Who may connect through each attachment (the heartbeat's answers;
+    /// kept in the state directory across restarts and hand-overs).
+    pub access: Arc<edgelink_access::Access>,
     /// What /status warns of (set by each pass).
     pub(crate) warnings: Mutex<Vec<String>>,
 }
@@ -113,7 +118,12 @@ impl Node {
             connections: AtomicU64::new(0),
             workers,
             lot: Arc::default(),
+            audit: settings.audit.clone(),
         });
+        let access = Arc::new(edgelink_access::Access::default());
+        if let Err(e) = access.load(&settings.state_dir) {
+            tracing::warn!(error = %e, "the access rules an earlier daemon kept cannot be read: none until the operator's next answer");
+        }
         let reclaimer = Reclaimer {
             state_dir: settings.state_dir.clone(),
             cni_path: settings.cni_path.clone(),
@@ -129,6 +139,7 @@ impl Node {
         }));
         Arc::new(Node {
             grants,
+            access,
             settings,
             name,
             started_at: now(),

@@ -105,6 +105,7 @@ impl Node {
         self.last_pass_micros
             .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
         self.full_passes.fetch_add(1, Ordering::Relaxed);
+        self.access.prune();
         if changed {
             self.changed();
         }

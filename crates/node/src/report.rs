@@ -90,4 +90,8 @@ impl Source for Node {
     fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
     }
+
+    fn audit(&self) -> Option<edgelink_access::Audit> {
+        Some(self.settings.audit.clone())
+    }
 }

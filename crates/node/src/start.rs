@@ -101,10 +101,12 @@ impl Node {
             .chain(self.reverse_forwards(&rec))
             .map(Arc::new)
             .collect();
-        let mut a = Attachment::new(rec, netns_id, forwards);
+        let access = self.access.slot(&Attachment::access_key(&rec));
+        let mut a = Attachment::new(rec, netns_id, forwards, access);
         if a.forwards.is_empty() && a.health.is_none() {
             return a;
         }
+        a.watch_access();
         // The kernel path's own handle on the netns (the factory's thread
         // keeps the other).
         let kernel_ns = a

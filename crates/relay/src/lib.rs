@@ -30,7 +30,7 @@ pub use counters::Counters;
 pub use pipe::{ParkedPipe, Pipe, PipePool, PipeStats};
 pub use tcp::{
     keepalive_params, prepare_socket, relay_tcp, resume_tcp, splice_duplex, ParkedDirection,
-    ParkedTcp, Relayed, TcpRelayConfig, DEFAULT_PIPE_SIZE,
+    ParkedTcp, Relayed, Tally, TcpRelayConfig, DEFAULT_PIPE_SIZE,
 };
 pub use udp::{relay_udp, serve_udp, ParkedSession, UdpConfig, UdpForward, UdpTarget};
 

@@ -28,6 +28,43 @@ pub(crate) fn set_int(
     }
 }
 
+/// TCP_INFO's byte counts of a connected socket: (bytes received, bytes
+/// sent and acknowledged by the peer), FINs not counted.
+pub(crate) fn tcp_bytes(fd: impl AsFd) -> io::Result<(u64, u64)> {
+    // SAFETY: all-zero is a valid tcp_info (integers only).
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for the borrow of `fd`; `info` and
+    // `len` live across the call, and `len` is `info`'s size; the kernel
+    // writes at most that much and says how much in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Both counts are sequence numbers, in which a FIN takes one: taken
+    // off where the state says it is in (a reset socket, CLOSE, says
+    // nothing: one more at most).
+    const FIN_WAIT2: u8 = 5;
+    const TIME_WAIT: u8 = 6;
+    const CLOSE_WAIT: u8 = 8;
+    const LAST_ACK: u8 = 9;
+    const CLOSING: u8 = 11;
+    let fin_in = matches!(info.tcpi_state, CLOSE_WAIT | LAST_ACK | CLOSING | TIME_WAIT);
+    let fin_acked = matches!(info.tcpi_state, FIN_WAIT2 | TIME_WAIT);
+    Ok((
+        info.tcpi_bytes_received.saturating_sub(u64::from(fin_in)),
+        info.tcpi_bytes_acked.saturating_sub(u64::from(fin_acked)),
+    ))
+}
+
 /// SO_RCVLOWAT: the bytes a socket must hold before it reads as readable.
 pub(crate) fn set_rcvlowat(stream: impl AsFd, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);

@@ -202,7 +202,7 @@ fn a_burst_copy_waiting_for_a_full_destination_parks_and_loses_nothing() {
             let (pool, counters, park, cfg) =
                 (pool.clone(), counters.clone(), park.clone(), cfg.clone());
             tokio::spawn(async move {
-                relay_tcp(accepted, upstream, &pool, &counters, &cfg, &park).await
+                relay_tcp(accepted, upstream, &pool, &counters, &cfg, &park, None).await
             })
         };
 
@@ -258,7 +258,15 @@ fn a_burst_copy_waiting_for_a_full_destination_parks_and_loses_nothing() {
         let resumed = {
             let (pool, counters) = (pool.clone(), counters.clone());
             tokio::spawn(async move {
-                resume_tcp(parked, &pool, &counters, &cfg, &CancellationToken::new()).await
+                resume_tcp(
+                    parked,
+                    &pool,
+                    &counters,
+                    &cfg,
+                    &CancellationToken::new(),
+                    None,
+                )
+                .await
             })
         };
         let _ = go.send(());

@@ -12,6 +12,11 @@
 //! changed by an answer (a release), so the operator can grant the
 //! address elsewhere without waiting for the next tick.
 //!
+//! The answer also carries the node's access rules (who may connect
+//! through each proxy pod: edgelink-access) when they differ from the
+//! generation the heartbeat says the node has; they are kept in the state
+//! directory, for the next daemon.
+//!
 //! An operator without the path (404) is asked again a minute later, and
 //! each failure is logged once until it changes.
 
@@ -33,6 +38,9 @@ pub struct Settings {
     pub every: Duration,
     /// What the answers grant.
     pub grants: Arc<Grants>,
+    /// The access rules the answers bring, and where they are kept.
+    pub access: Arc<edgelink_access::Access>,
+    pub state_dir: PathBuf,
 }
 
 /// The heartbeat's path beside the status webhook's: its last segment
@@ -102,9 +110,35 @@ async fn beat(
     Ok((code, body))
 }
 
-/// The largest answer read (500 attachments' grants are ~40 KiB); a
-/// longer one is not read, as one cut short.
-const MAX_ANSWER: usize = 256 * 1024;
+/// The largest answer read (500 attachments' grants are ~40 KiB; their
+/// access rules, with 100 client pods each, ~4 MiB); a longer one is not
+/// read, as one cut short.
+const MAX_ANSWER: usize = 8 << 20;
+
+/// The access rules of an answer, when it brings them.
+#[derive(serde::Deserialize)]
+struct AccessAnswer {
+    #[serde(default)]
+    access: Option<edgelink_access::AccessRules>,
+}
+
+/// Take the access rules an answer brings (the whole set, for every
+/// attachment of the node), and keep them in `state_dir`. An answer
+/// without them, or one that cannot be read, changes nothing.
+fn take_access(access: &edgelink_access::Access, state_dir: &std::path::Path, body: &[u8]) {
+    let Ok(AccessAnswer {
+        access: Some(rules),
+    }) = serde_json::from_slice(body)
+    else {
+        return;
+    };
+    let generation = rules.generation.clone();
+    let changed = access.replace(rules);
+    tracing::info!(%generation, attachments_changed = changed.len(), "access rules from the operator");
+    if let Err(e) = access.save(state_dir) {
+        tracing::warn!(error = %e, "cannot keep the access rules for the next daemon");
+    }
+}
 
 /// What an answer means for the grants: an operator that grants
 /// addresses answers 200 with JSON that has `holdMs`; one without them
@@ -223,7 +257,9 @@ impl Beater {
         };
         let sent = tokio::time::Instant::now();
         let holding = self.s.grants.holding(sent);
-        let body = serde_json::json!({"node": self.s.node, "intervalMs": self.s.every.as_millis() as u64, "holding": holding})
+        let body =
+            serde_json::json!({"node": self.s.node, "intervalMs": self.s.every.as_millis() as u64,
+            "holding": holding, "access": self.s.access.generation()})
             .to_string();
         let Some((_, sender)) = self.conn.as_mut() else {
             return false;
@@ -232,6 +268,7 @@ impl Beater {
             Ok((code @ (204 | 200), answer)) => {
                 self.say(format!("beating every {:?} to {path}", self.s.every), false);
                 take_answer(&self.s.grants, code, &answer, sent);
+                take_access(&self.s.access, &self.s.state_dir, &answer);
                 // A release (or a new grant): tell the operator now.
                 return self.s.grants.holding(tokio::time::Instant::now()) != holding;
             }
@@ -277,6 +314,29 @@ mod tests {
         // An operator without grants (204) does leave the node unmanaged.
         take_answer(&g, 204, b"", later);
         assert_eq!(g.mode(), Mode::Unmanaged);
+    }
+
+    #[test]
+    fn an_answer_with_access_rules_replaces_and_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let access = edgelink_access::Access::default();
+        let slot = access.slot("lab/d-0");
+        let ip = "10.0.0.9".parse().unwrap();
+        // Grants only: the rules stay as they are.
+        take_access(&access, dir.path(), br#"{"holds":[],"holdMs":1000}"#);
+        take_access(&access, dir.path(), br#"{"access": "#);
+        assert_eq!(access.generation(), "");
+        let answer = br#"{"holds":[],"access":{"generation":"g1","attachments":
+            {"lab/d-0":{"device":"lab/d","allowed":[{"address":"10.0.0.1","pod":"ci/a"}]}}}}"#;
+        take_access(&access, dir.path(), answer);
+        assert_eq!(access.generation(), "g1");
+        assert_eq!(
+            slot.verdict(ip),
+            edgelink_access::Verdict::Refused(edgelink_access::Refusal::Policy)
+        );
+        let kept = edgelink_access::Access::default();
+        kept.load(dir.path()).unwrap();
+        assert_eq!(kept.generation(), "g1");
     }
 
     #[test]

@@ -66,6 +66,50 @@ pub struct Endpoint {
     pub commit: &'static str,
 }
 
+/// `/audit?device=<namespace/name or name>&since=<1h>`: the latest audit
+/// lines kept in memory, JSON lines, oldest first.
+fn audit(d: &dyn Source, query: Option<&str>) -> Response<Full<Bytes>> {
+    let Some(trail) = d.audit().filter(|a| a.is_on()) else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "no audit trail: --audit off\n",
+        );
+    };
+    let (mut device, mut since) = (None, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("device", v)) => device = Some(v.replace("%2F", "/").replace("%2f", "/")),
+            Some(("since", v)) => match edgelink_access::audit::since(v) {
+                Ok(t) => since = Some(t),
+                Err(e) => {
+                    return reply(
+                        StatusCode::BAD_REQUEST,
+                        "text/plain",
+                        format!("since: {e}\n"),
+                    )
+                }
+            },
+            _ => {
+                return reply(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain",
+                    format!(
+                        "{pair:?}: the parameters are device=<namespace/name> and since=<1h>\n"
+                    ),
+                )
+            }
+        }
+    }
+    let mut body = Vec::new();
+    for r in trail.recent(device.as_deref(), since) {
+        if serde_json::to_writer(&mut body, &r).is_ok() {
+            body.push(b'\n');
+        }
+    }
+    reply(StatusCode::OK, "application/x-ndjson", body)
+}
+
 async fn handle(
     ep: Arc<Endpoint>,
     scope: Scope,
@@ -90,6 +134,7 @@ async fn handle(
             let body = serde_json::to_vec_pretty(&ep.source.status()).unwrap_or_default();
             reply(StatusCode::OK, "application/json", body)
         }
+        "/audit" if scope == Scope::Status => audit(&*ep.source, req.uri().query()),
         "/metrics" => reply(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -98,7 +143,7 @@ async fn handle(
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /status, /metrics, /healthz, /livez\n",
+            "not found: try /status, /audit, /metrics, /healthz, /livez\n",
         ),
     })
 }

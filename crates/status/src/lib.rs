@@ -37,6 +37,10 @@ pub trait Source: Send + Sync + 'static {
     /// Bumped whenever attachments or forward states change (the webhook
     /// posts at once).
     fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
+    /// The audit trail, for `/audit` (none: 404).
+    fn audit(&self) -> Option<edgelink_access::Audit> {
+        None
+    }
 }
 
 /// The reconcile loop's pulse.

@@ -82,7 +82,7 @@ impl EncodeMetric for LatencyMetric {
 
 /// The families of every forward's counters (each `_total`), in the
 /// order of [`counter_values`].
-const COUNTERS: [(&str, &str); 21] = [
+const COUNTERS: [(&str, &str); 26] = [
     (
         "connections",
         "Connections accepted (TCP) or sessions created (UDP), as TOTAL in edgelinkd status",
@@ -149,6 +149,23 @@ const COUNTERS: [(&str, &str); 21] = [
         "idle_timeouts",
         "TCP connections reset because nothing moved for the idle timeout",
     ),
+    (
+        "refused_by_policy",
+        "TCP clients refused: not among the Device's allowedClients",
+    ),
+    (
+        "refused_by_lease",
+        "TCP clients refused: the device is leased to another client",
+    ),
+    (
+        "access_resets",
+        "Relayed TCP connections reset when the access rules changed (a lease taken)",
+    ),
+    ("lease_waits", "TCP clients that waited for their lease"),
+    (
+        "lease_wait_timeouts",
+        "TCP clients that waited for their lease longer than the queue timeout",
+    ),
 ];
 
 /// The families of every forward's gauges, in the order of
@@ -207,6 +224,11 @@ fn counter_values(f: &ForwardStatus) -> [u64; COUNTERS.len()] {
         f.packets_to_target.unwrap_or(0),
         f.packets_to_client.unwrap_or(0),
         f.idle_timeouts_total,
+        f.refused_by_policy_total,
+        f.refused_by_lease_total,
+        f.access_resets_total,
+        f.lease_waits_total,
+        f.lease_wait_timeouts_total,
     ]
 }
 

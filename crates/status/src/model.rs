@@ -156,6 +156,23 @@ pub struct ForwardStatus {
     /// `--max-connections` was reached.
     #[serde(default)]
     pub connections_rejected_total: u64,
+    /// Clients refused because the Device's `allowedClients` does not
+    /// select them (TCP connections; UDP datagrams are in `refused`).
+    #[serde(default)]
+    pub refused_by_policy_total: u64,
+    /// TCP clients refused because the device is leased to another.
+    #[serde(default)]
+    pub refused_by_lease_total: u64,
+    /// Relayed TCP connections reset because the access rules changed
+    /// (a lease taken, a client no longer allowed).
+    #[serde(default)]
+    pub access_resets_total: u64,
+    /// TCP clients that waited for their lease, and those that waited
+    /// longer than the queue timeout.
+    #[serde(default)]
+    pub lease_waits_total: u64,
+    #[serde(default)]
+    pub lease_wait_timeouts_total: u64,
     /// TCP connections reset because nothing moved for the idle timeout.
     #[serde(default)]
     pub idle_timeouts_total: u64,

@@ -66,7 +66,7 @@ use futures_util::future::Either;
 use period::{Legs, Period};
 use socket2::SockRef;
 use std::io;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -181,7 +181,7 @@ pub async fn splice_duplex(
     cfg: &TcpRelayConfig,
 ) -> io::Result<()> {
     let never = CancellationToken::new();
-    match relay_tcp(client, upstream, pool, counters, cfg, &never).await {
+    match relay_tcp(client, upstream, pool, counters, cfg, &never, None).await {
         Relayed::Ended(r) => r,
         Relayed::Parked(_) => unreachable!("a token nobody holds was cancelled"),
     }
@@ -196,6 +196,36 @@ pub enum Relayed {
     /// back everything it had, to be resumed by [`resume_tcp`] here or in
     /// another process. Nothing was read that is not in the pipes.
     Parked(ParkedTcp),
+}
+
+/// What one connection moved, from the kernel's count of its client
+/// socket (TCP_INFO) as the relay ends: the bytes the client sent
+/// (`to_target`) and those it acknowledged (`to_client`), across a
+/// hand-over too. Filled when the relay ends by itself (not when it
+/// parks), for a caller that asks (the audit trail): one getsockopt(2)
+/// per connection.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub to_target: AtomicU64,
+    pub to_client: AtomicU64,
+}
+
+impl Tally {
+    /// Read the client socket's counts (a failure leaves them as they are).
+    pub fn take_from(&self, client: impl std::os::fd::AsFd) {
+        if let Ok((received, acked)) = crate::sockopt::tcp_bytes(client) {
+            self.to_target
+                .store(received, std::sync::atomic::Ordering::Relaxed);
+            self.to_client
+                .store(acked, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// (to the target, to the client).
+    pub fn get(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.to_target.load(Relaxed), self.to_client.load(Relaxed))
+    }
 }
 
 /// A relayed connection stopped between two syscalls: its two sockets, the
@@ -241,6 +271,7 @@ pub fn relay_tcp<'a>(
     counters: &'a Counters,
     cfg: &'a TcpRelayConfig,
     park: &'a CancellationToken,
+    tally: Option<&'a Tally>,
 ) -> impl std::future::Future<Output = Relayed> + 'a {
     if cfg.set_nodelay {
         // Best effort: a socket that is already reset fails at the first
@@ -253,7 +284,9 @@ pub fn relay_tcp<'a>(
             return Either::Left(std::future::ready(Relayed::Ended(Err(e))));
         }
     }
-    Either::Right(run(client, upstream, None, pool, counters, cfg, park))
+    Either::Right(run(
+        client, upstream, None, pool, counters, cfg, park, tally,
+    ))
 }
 
 /// Go on with a connection parked by [`relay_tcp`] (here or in another
@@ -270,11 +303,14 @@ pub fn resume_tcp<'a>(
     counters: &'a Counters,
     cfg: &'a TcpRelayConfig,
     park: &'a CancellationToken,
+    tally: Option<&'a Tally>,
 ) -> impl std::future::Future<Output = Relayed> + 'a {
     match resume_legs(parked, pool, cfg) {
         Ok((client, upstream, starts)) => {
             let starts = Some(Box::new(starts));
-            Either::Right(run(client, upstream, starts, pool, counters, cfg, park))
+            Either::Right(run(
+                client, upstream, starts, pool, counters, cfg, park, tally,
+            ))
         }
         Err(ended) => Either::Left(std::future::ready(ended)),
     }
@@ -423,6 +459,9 @@ impl DirEnd<'_> {
 /// `resumed`: where each direction stands (a parked connection), else
 /// fresh. Boxed, and not an `async fn` (which would keep its arguments
 /// twice, rust-lang/rust#62958): this future is every idle connection's.
+// Each argument is a borrow the future holds (or a socket it owns): a
+// struct of them would be one more layer in every idle connection's task.
+#[allow(clippy::too_many_arguments)]
 fn run<'a, 'p: 'a>(
     client: TcpStream,
     upstream: TcpStream,
@@ -431,6 +470,7 @@ fn run<'a, 'p: 'a>(
     counters: &'a Counters,
     cfg: &'a TcpRelayConfig,
     park: &'a CancellationToken,
+    tally: Option<&'a Tally>,
 ) -> impl std::future::Future<Output = Relayed> + 'a {
     async move {
         let activity = Activity::new(cfg.idle_timeout.is_some());
@@ -450,6 +490,7 @@ fn run<'a, 'p: 'a>(
             park,
             activity: &activity,
             ended: &ended,
+            tally,
         };
         loop {
             let period = {
@@ -463,8 +504,11 @@ fn run<'a, 'p: 'a>(
             };
             done = match period.await {
                 Period::Dozed { done } => done,
-                Period::Ended(r) => return r,
-                Period::Concluded(a, b) => return conclude(a, b, client, upstream),
+                Period::Ended(r) => return legs.tallied(r),
+                Period::Concluded(a, b) => {
+                    legs.tallied(());
+                    return conclude(a, b, client, upstream);
+                }
             };
             match doze::doze(&legs, done).await {
                 doze::Woke::Readable => {}
@@ -481,7 +525,7 @@ fn run<'a, 'p: 'a>(
                     });
                     return conclude(a, b, client, upstream);
                 }
-                doze::Woke::IdleTimeout => return legs.idle_timeout(),
+                doze::Woke::IdleTimeout => return legs.tallied(legs.idle_timeout()),
             }
         }
     }

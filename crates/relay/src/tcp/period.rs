@@ -36,6 +36,8 @@ pub(super) struct Legs<'s, 'p> {
     pub(super) park: &'s CancellationToken,
     pub(super) activity: &'s Activity,
     pub(super) ended: &'s AtomicBool,
+    /// Filled from the client's socket as the relay ends, if asked for.
+    pub(super) tally: Option<&'s super::Tally>,
 }
 
 impl<'p> Legs<'_, 'p> {
@@ -105,6 +107,15 @@ impl<'p> Legs<'_, 'p> {
             return Period::Ended(Relayed::Ended(Err(e)));
         }
         Period::Concluded(a, b)
+    }
+
+    /// `r`, once the connection's counts are in the tally (if any): called
+    /// as the relay ends, while its sockets are still open.
+    pub(super) fn tallied<T>(&self, r: T) -> T {
+        if let Some(t) = self.tally {
+            t.take_from(self.client);
+        }
+        r
     }
 
     /// No byte moved either way for the idle timeout: both legs reset.

@@ -118,9 +118,9 @@ fn relay_parking(
                     // A fresh relay, on sockets this runtime registers.
                     let c = TcpStream::from_std(parked.client).unwrap();
                     let u = TcpStream::from_std(parked.upstream).unwrap();
-                    relay_tcp(c, u, &pool, &counters, &cfg, &park).await
+                    relay_tcp(c, u, &pool, &counters, &cfg, &park, None).await
                 } else {
-                    resume_tcp(parked, &pool, &counters, &cfg, &park).await
+                    resume_tcp(parked, &pool, &counters, &cfg, &park, None).await
                 }
             };
             timeout(Duration::from_secs(60), relay)
@@ -453,4 +453,54 @@ fn udp_until_parked(
         .expect("relay_udp failed")
         .expect("parked, not stopped");
     (parked, counters)
+}
+
+/// The tally of a connection is the kernel's count of its client socket
+/// as the relay ends: what the client sent, and what it was sent.
+#[test]
+fn the_tally_counts_the_bytes_each_way_when_the_relay_ends() {
+    let rt = runtime();
+    rt.block_on(async {
+        let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let back = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (fa, ba) = (front.local_addr().unwrap(), back.local_addr().unwrap());
+        let client = tokio::spawn(async move {
+            let mut c = TcpStream::connect(fa).await.unwrap();
+            c.write_all(&[7u8; 300_000]).await.unwrap();
+            c.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).await.unwrap();
+            got.len()
+        });
+        let (accepted, _) = front.accept().await.unwrap();
+        let upstream = TcpStream::connect(ba).await.unwrap();
+        let device = tokio::spawn(async move {
+            let (mut d, _) = back.accept().await.unwrap();
+            let mut got = Vec::new();
+            d.read_to_end(&mut got).await.unwrap();
+            d.write_all(&vec![9u8; 1234]).await.unwrap();
+            got.len()
+        });
+        let (pool, counters) = (PipePool::new(65536, 4), Counters::default());
+        let (cfg, park) = (TcpRelayConfig::default(), CancellationToken::new());
+        let tally = edgelink_relay::Tally::default();
+        let r = timeout(
+            Duration::from_secs(20),
+            relay_tcp(
+                accepted,
+                upstream,
+                &pool,
+                &counters,
+                &cfg,
+                &park,
+                Some(&tally),
+            ),
+        )
+        .await
+        .expect("the relay ends");
+        assert!(matches!(r, Relayed::Ended(Ok(()))), "{r:?}");
+        assert_eq!(device.await.unwrap(), 300_000);
+        assert_eq!(client.await.unwrap(), 1234);
+        assert_eq!(tally.get(), (300_000, 1234));
+    });
 }

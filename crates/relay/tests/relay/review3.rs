@@ -384,6 +384,7 @@ fn a_connection_that_cannot_be_taken_over_is_reset_not_closed() {
             &counters,
             &TcpRelayConfig::default(),
             &CancellationToken::new(),
+            None,
         )
         .await;
         drop(squatter);
