@@ -262,10 +262,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // A virtual address's grant lasts as long as a silent node takes to be
     // lost: a lost holder's address moves then.
     let holds = Arc::new(run::grants::Holds::new(args.node_lost_after));
+    let access = Arc::new(run::rules::Access::default());
     let app = Arc::new(App::new(
         metrics.clone(),
         reports.clone(),
         holds.clone(),
+        access.book.clone(),
         auth,
     ));
     let listener = run::server::bind(args.listen).await?;
@@ -341,6 +343,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         cluster_domain: args.cluster_domain.clone(),
         devices: std::sync::OnceLock::new(),
         caches,
+        access,
         recorder: kube::runtime::events::Recorder::new(
             client.clone(),
             kube::runtime::events::Reporter {
@@ -392,7 +395,7 @@ fn nix_hostname() -> Option<String> {
 
 /// The APIs the operator needs must be there: its CRDs and Multus's NAD.
 async fn preflight(client: &kube::Client) -> anyhow::Result<()> {
-    use edgelink_operator::crd::{Device, EdgeNetwork, NetworkAttachmentDefinition};
+    use edgelink_operator::crd::{Device, DeviceLease, EdgeNetwork, NetworkAttachmentDefinition};
     use kube::api::{Api, ListParams};
     let lp = ListParams::default().limit(1);
     Api::<Device>::all(client.clone())
@@ -403,6 +406,10 @@ async fn preflight(client: &kube::Client) -> anyhow::Result<()> {
         .list(&lp)
         .await
         .context("EdgeNetwork (edgenetworks.edgelink.io) cannot be listed: kubectl apply -f daemonset/operator/crds.yaml")?;
+    Api::<DeviceLease>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("DeviceLease (deviceleases.edgelink.io) cannot be listed: kubectl apply -f daemonset/operator/crds.yaml and rbac.yaml")?;
     Api::<NetworkAttachmentDefinition>::all(client.clone())
         .list(&lp)
         .await

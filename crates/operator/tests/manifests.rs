@@ -118,7 +118,16 @@ fn the_operator_may_review_tokens_and_read_pods() {
     // The readiness gates, a lost node's pods, the Events.
     assert!(allows("", "pods/status", "patch"));
     assert!(allows("events.k8s.io", "events", "create"));
-    // The one delete: a StatefulSet of a node the Device left.
+    // Access: every pod's addresses, the namespaces' labels, the leases
+    // (their status, the annotated pods' ones) and the NetworkPolicies.
+    assert!(allows("", "pods", "watch"));
+    assert!(allows("", "namespaces", "watch"));
+    assert!(allows("edgelink.io", "deviceleases", "create"));
+    assert!(allows("edgelink.io", "deviceleases/status", "patch"));
+    assert!(allows("networking.k8s.io", "networkpolicies", "patch"));
+    assert!(!allows("edgelink.io", "deviceleases", "delete"));
+    // The two deletes: a StatefulSet of a node the Device left, the
+    // NetworkPolicy of a Device whose allowedClients went.
     let deletes: Vec<String> = role["rules"]
         .as_array()
         .unwrap()
@@ -126,7 +135,7 @@ fn the_operator_may_review_tokens_and_read_pods() {
         .filter(|r| r["verbs"].as_array().unwrap().iter().any(|v| v == "delete"))
         .map(|r| r["resources"].to_string())
         .collect();
-    assert_eq!(deletes, [r#"["statefulsets"]"#]);
+    assert_eq!(deletes, [r#"["statefulsets"]"#, r#"["networkpolicies"]"#]);
 }
 
 #[test]

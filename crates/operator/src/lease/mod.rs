@@ -13,6 +13,8 @@
 //! Device's allowedClients selects the lease's namespace; else Refused
 //! (looked at again at every pass: the Device may come to admit it).
 
+pub mod pod;
+
 use crate::clients::World;
 use crate::crd::{Device, DeviceLease, DeviceLeaseStatus, LeaseHolder, LeaseState};
 use crate::selector;

@@ -352,7 +352,9 @@ pub fn port_list(d: &Device) -> String {
 }
 
 mod health;
+mod policy;
 mod proxy;
+pub use policy::network_policy;
 pub use proxy::{
     pod_name, proxy_name, NODE_LABEL, PROXY_LABEL, READINESS_GATE, REQUIRES_DEVICES_ANNOTATION,
 };

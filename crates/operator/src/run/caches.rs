@@ -1,7 +1,9 @@
 //! What a reconcile reads, kept by watches instead of fetched: the
 //! EdgeNetworks, the nodes (their names and labels), every Service (the
 //! reverse entries may name any, and a Device's own), and the objects the
-//! operator made (NADs, StatefulSets, proxy pods). A Device left alone
+//! operator made (NADs, StatefulSets, proxy pods, NetworkPolicies), and
+//! for access (`run::access`) every pod (trimmed to what access reads),
+//! the namespaces' labels and the DeviceLeases. A Device left alone
 //! is reconciled from these with no API read; the API is asked only
 //! before a cache has listed once, and where a cache cannot answer: a name
 //! the operator's caches do not hold may be held by somebody else's
@@ -12,11 +14,12 @@
 //! content, is not applied again.
 
 use crate::run::error::{kube_err, Error};
-use edgelink_operator::crd::{EdgeNetwork, NetworkAttachmentDefinition};
+use edgelink_operator::crd::{DeviceLease, EdgeNetwork, NetworkAttachmentDefinition};
 use edgelink_operator::render::MANAGER;
 use futures_util::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ListParams, PartialObjectMeta};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -37,6 +40,13 @@ pub struct Caches {
     pub nads: Store<NetworkAttachmentDefinition>,
     pub statefulsets: Store<StatefulSet>,
     pub pods: Store<Pod>,
+    /// The Devices' NetworkPolicies (`spec.access`).
+    pub policies: Store<NetworkPolicy>,
+    /// Every pod, as [`trim::client`] leaves it: allowedClients and the
+    /// leases' holders.
+    pub clients: Store<Pod>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub leases: Store<DeviceLease>,
     pub applied: Arc<Applied>,
 }
 
@@ -48,6 +58,10 @@ pub struct Writers {
     pub nads: Writer<NetworkAttachmentDefinition>,
     pub statefulsets: Writer<StatefulSet>,
     pub pods: Writer<Pod>,
+    pub policies: Writer<NetworkPolicy>,
+    pub clients: Writer<Pod>,
+    pub namespaces: Writer<PartialObjectMeta<Namespace>>,
+    pub leases: Writer<DeviceLease>,
 }
 
 impl Caches {
@@ -58,6 +72,10 @@ impl Caches {
         let (nads, wna) = reflector::store();
         let (statefulsets, wst) = reflector::store();
         let (pods, wp) = reflector::store();
+        let (policies, wpo) = reflector::store();
+        let (clients, wc) = reflector::store();
+        let (namespaces, wns) = reflector::store();
+        let (leases, wl) = reflector::store();
         (
             Caches {
                 networks,
@@ -66,6 +84,10 @@ impl Caches {
                 nads,
                 statefulsets,
                 pods,
+                policies,
+                clients,
+                namespaces,
+                leases,
                 applied: Arc::new(Applied::default()),
             },
             Writers {
@@ -75,6 +97,10 @@ impl Caches {
                 nads: wna,
                 statefulsets: wst,
                 pods: wp,
+                policies: wpo,
+                clients: wc,
+                namespaces: wns,
+                leases: wl,
             },
         )
     }
@@ -137,6 +163,32 @@ pub mod trim {
             conditions: s.conditions,
             ..Default::default()
         });
+    }
+
+    /// A pod as access reads it: labels, owner, the lease annotation, its
+    /// node and hostNetwork, its phase and addresses.
+    pub fn client(p: &mut Pod) {
+        use k8s_openapi::api::core::v1::PodSpec;
+        let lease = edgelink_operator::lease::pod::LEASE_ANNOTATION;
+        if let Some(a) = p.metadata.annotations.as_mut() {
+            a.retain(|k, _| k == lease);
+        }
+        p.spec = p.spec.take().map(|s| PodSpec {
+            node_name: s.node_name,
+            host_network: s.host_network,
+            ..Default::default()
+        });
+        p.status = p.status.take().map(|s| PodStatus {
+            phase: s.phase,
+            pod_ip: s.pod_ip,
+            pod_ips: s.pod_ips,
+            ..Default::default()
+        });
+    }
+
+    /// Labels, for namespaceSelector.
+    pub fn namespace(n: &mut PartialObjectMeta<Namespace>) {
+        n.metadata.annotations = None;
     }
 
     /// The spec (ClusterIP, ports) for the reverse entries.

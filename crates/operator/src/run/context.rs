@@ -76,4 +76,7 @@ pub struct Ctx {
         std::sync::OnceLock<kube::runtime::reflector::Store<edgelink_operator::crd::Device>>,
     /// What a reconcile reads instead of asking the API.
     pub caches: crate::run::caches::Caches,
+    /// Who may use each Device: the nodes' rules, the Devices' access
+    /// state (`run::rules`, kept by `run::access`).
+    pub access: Arc<crate::run::rules::Access>,
 }

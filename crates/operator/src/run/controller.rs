@@ -12,14 +12,16 @@
 //!    a node's reachability changes (`run::proxies`);
 //! 4. write its status: conditions `Reconciled`, `Ready`,
 //!    `DeviceReachable` (and `ReverseResolved` when it has reverse
-//!    entries), per node its proxy pod, segment address and reachability
+//!    entries, and `AccessEnforced` when it has allowedClients or a
+//!    lease: False when some of its ports take the kernel path), per node its proxy pod, segment address and reachability
 //!    (`status.nodes`), and per port and reverse entry what the serving
 //!    node's edgelinkd last reported.
 //!
 //! Deleting a Device deletes its objects through their owner references
 //! (the garbage collector). Every Device is reconciled again each
 //! `--resync`, on any change of its spec, labels or annotations (not of its status: its
-//! own writes), of its objects, of its proxy pods, of
+//! own writes), of its objects, of its proxy pods, of its access state
+//! (a lease taken or ended: `run::access`), of
 //! its EdgeNetwork, of a Service its reverse entries name, when a node's
 //! report changes its proxy's states, and when a node goes silent or is
 //! heard again.
@@ -37,6 +39,7 @@ use edgelink_operator::reverse::Resolved;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -181,6 +184,12 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         status
             .conditions
             .push(cond("ReverseResolved", &v, gen, &old.conditions));
+    }
+    let (leased, cut) = ctx.access.state(&ns, &d.name_any());
+    if let Some(v) = edgelink_operator::access::verdict(d, leased, cut) {
+        status
+            .conditions
+            .push(cond("AccessEnforced", &v, gen, &old.conditions));
     }
     let key = (ns.clone(), d.name_any());
     // Counters and probe times alone are written at most every
@@ -367,6 +376,8 @@ pub async fn run(
     let managed = crate::run::caches::managed();
     crate::run::caches::keep_nodes(client.clone(), writers.nodes);
     let sweep = tokio::spawn(sweep(ctx.clone()));
+    crate::run::access::watch(&ctx, writers.clients, writers.namespaces, writers.leases);
+    let access = tokio::spawn(crate::run::access::run(ctx.clone()));
     // A Device's own status writes (each reconcile's, the live fields)
     // must not reconcile it again: only its spec, labels and annotations.
     let (device_store, device_writer) = kube::runtime::reflector::store();
@@ -394,6 +405,12 @@ pub async fn run(
             managed.clone(),
             writers.statefulsets,
             trim::statefulset,
+        ))
+        .owns_stream(reflected(
+            Api::<NetworkPolicy>::all(client.clone()),
+            managed.clone(),
+            writers.policies,
+            trim::none,
         ))
         .watches_stream(
             reflected(
@@ -463,6 +480,7 @@ pub async fn run(
         })
         .await;
     sweep.abort();
+    access.abort();
 }
 
 /// Every few minutes, forget what was applied to objects that are gone,

@@ -1,7 +1,8 @@
 //! Step 2 of a Device's reconcile (`run::controller`): check it, find
 //! its EdgeNetwork, nodes and the Services its reverse entries name, and
 //! apply its NetworkAttachmentDefinition, Service and one StatefulSet per
-//! node (deleting those of nodes it left), or say why not. It never writes the Device's status (the controller does),
+//! node (deleting those of nodes it left), and its NetworkPolicy when it
+//! has allowedClients (deleting it when they go), or say why not. It never writes the Device's status (the controller does),
 //! and never touches an object of the Device's name it does not own.
 
 use crate::run::caches;
@@ -12,6 +13,7 @@ use edgelink_operator::reverse::Resolved;
 use edgelink_operator::validate;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -275,6 +277,11 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
         conflicts.extend(conflict(&c.statefulsets, &stss, "StatefulSet", &p.name, &ns, d).await?);
     }
     conflicts.extend(conflict(&c.services, &svcs, "Service", &name, &ns, d).await?);
+    let policy = render::network_policy(d);
+    let pols: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    if policy.is_some() {
+        conflicts.extend(conflict(&c.policies, &pols, "NetworkPolicy", &name, &ns, d).await?);
+    }
     if !conflicts.is_empty() {
         return Ok(Err(not_applied(
             "Conflict",
@@ -293,10 +300,40 @@ pub async fn make(ctx: &Ctx, d: &Device) -> Result<Result<Made, NotApplied>, Err
     }
     let keep: Vec<&str> = r.proxies.iter().map(|p| p.name.as_str()).collect();
     prune(ctx, &stss, d, &keep).await?;
+    ensure_policy(ctx, &pols, d, policy.as_ref()).await?;
     Ok(Ok(Made {
         proxies: r.proxies.into_iter().map(|p| (p.node, p.name)).collect(),
         reverse,
     }))
+}
+
+/// Apply `d`'s NetworkPolicy, or delete the one it owns when it has
+/// none (allowedClients went). Without access and before the cache of
+/// NetworkPolicies has listed, nothing is asked of the API.
+async fn ensure_policy(
+    ctx: &Ctx,
+    pols: &Api<NetworkPolicy>,
+    d: &Device,
+    policy: Option<&NetworkPolicy>,
+) -> Result<(), Error> {
+    let (name, ns) = (d.name_any(), d.namespace().unwrap_or_default());
+    let cached = &ctx.caches.policies;
+    if let Some(p) = policy {
+        return apply(ctx, cached, pols, p, &name).await;
+    }
+    let ours = caches::ready(cached)
+        && cached
+            .get(&ObjectRef::new(&name).within(&ns))
+            .is_some_and(|p| owned_by(p.meta(), d));
+    if !ours {
+        return Ok(());
+    }
+    tracing::info!(device = %name, namespace = %ns, "deleting the NetworkPolicy of a Device that lets every client in");
+    match pols.delete(&name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(kube_err(format!("delete NetworkPolicy {ns}/{name}"))(e)),
+    }
 }
 
 /// Delete the StatefulSets of `d` that are not `keep` (a node the Device

@@ -3,8 +3,10 @@
 //! endpoint, the Services reverse entries name, and the grants of the
 //! Devices' virtual addresses (`holds`), the caches a reconcile reads
 //! instead of the API (`caches`) and the count of API requests
-//! (`requests`).
+//! (`requests`), and who may use each Device (`access`: the leases, the
+//! nodes' access rules).
 
+pub mod access;
 pub mod auth;
 pub mod caches;
 pub mod consumers;
@@ -19,6 +21,7 @@ pub mod metrics;
 pub mod proxies;
 pub mod reports;
 pub mod requests;
+pub mod rules;
 pub mod server;
 pub mod services;
 #[cfg(test)]

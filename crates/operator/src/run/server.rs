@@ -17,7 +17,12 @@
 //!   server nothing. It also says which attachments hold their Device's
 //!   virtual address (`"holding": ["hil/device01-05-kedge1-0"]`), and
 //!   the answer grants or takes them back (`{"holds": [...], "releases":
-//!   [...], "holdMs": 1500}`, [`crate::run::grants`]).
+//!   [...], "holdMs": 1500}`, [`crate::run::grants`]). It says which
+//!   access rules edgelinkd has (`"access": "<generation>"`, `""` or
+//!   absent for none), and the answer carries the node's rules
+//!   (`"access": {"generation": ..., "attachments": {...}}`,
+//!   `edgelink_access::wire::AccessRules`) only when theirs differ
+//!   ([`edgelink_operator::access::book`]).
 //!
 //! Connections are bounded as edgelinkd's status server's are
 //! ([`edgelink_http_limits`]), and report bodies are read a few at a time.
@@ -26,6 +31,7 @@ use crate::run::auth::Auth;
 use crate::run::grants::Holds;
 use crate::run::metrics::Metrics;
 use crate::run::reports::Reports;
+use crate::run::rules::SharedBook;
 use bytes::Bytes;
 use edgelink_http_limits::{Limits, Slots};
 use edgelink_operator::report::NodeReport;
@@ -61,6 +67,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub reports: Arc<Reports>,
     pub holds: Arc<Holds>,
+    /// The nodes' access rules.
+    pub access: Arc<SharedBook>,
     pub leader: AtomicBool,
     pub synced: AtomicBool,
     pub auth: Auth,
@@ -68,11 +76,18 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(metrics: Arc<Metrics>, reports: Arc<Reports>, holds: Arc<Holds>, auth: Auth) -> App {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        reports: Arc<Reports>,
+        holds: Arc<Holds>,
+        access: Arc<SharedBook>,
+        auth: Auth,
+    ) -> App {
         App {
             metrics,
             reports,
             holds,
+            access,
             leader: AtomicBool::new(false),
             synced: AtomicBool::new(false),
             auth,
@@ -217,6 +232,20 @@ struct Heartbeat {
     /// address (an edgelinkd before them sends none).
     #[serde(default)]
     holding: Vec<String>,
+    /// The generation of the access rules edgelinkd has (`""` or absent:
+    /// none).
+    #[serde(default)]
+    access: Option<String>,
+}
+
+/// A heartbeat's answer: the grants, and the node's access rules when
+/// edgelinkd's are not these.
+#[derive(serde::Serialize)]
+struct BeatAnswer<'a> {
+    #[serde(flatten)]
+    grants: &'a edgelink_operator::vip::book::Answer,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    access: Option<&'a edgelink_access::wire::AccessRules>,
 }
 
 /// The largest heartbeat taken (a node of 500 attachments that all hold
@@ -254,7 +283,12 @@ async fn take_heartbeat(app: &App, req: Request<Incoming>) -> Response<Full<Byte
                     app.reports.reconcile(ns, name);
                 }
             }
-            let body = serde_json::to_vec(&answer).unwrap_or_default();
+            let rules = crate::run::rules::answer(&app.access, &h.node, h.access.as_deref());
+            let body = serde_json::to_vec(&BeatAnswer {
+                grants: &answer,
+                access: rules.as_deref(),
+            })
+            .unwrap_or_default();
             Response::builder()
                 .status(StatusCode::OK)
                 .header("content-type", "application/json")

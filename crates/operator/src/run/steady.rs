@@ -158,6 +158,7 @@ async fn a_device_left_alone_is_reconciled_without_an_api_request() {
             },
         ),
         devices: Default::default(),
+        access: Default::default(),
         caches,
     });
 

@@ -117,6 +117,7 @@ async fn start_with(fake: Fake, limits: Limits) -> (Arc<App>, SocketAddr) {
         Arc::new(crate::run::grants::Holds::new(
             std::time::Duration::from_secs(3),
         )),
+        Default::default(),
         Auth::new(expect, Box::new(fake)),
     ));
     let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
@@ -371,6 +372,64 @@ async fn a_heartbeat_is_granted_its_own_nodes_virtual_addresses_only() {
     let (_, body) =
         beat(r#"{"node": "kedge1", "intervalMs": 500, "holding": ["hil/d-kedge1-0"]}"#).await;
     assert_eq!(body, r#"{"holds":["hil/d-kedge1-0"],"holdMs":3000}"#);
+}
+
+#[tokio::test]
+async fn a_heartbeat_gets_its_nodes_access_rules_only_when_its_generation_differs() {
+    use edgelink_access::wire::{AccessRules, AttachmentAccess, Client};
+    let (app, addr) = start().await;
+    app.leader.store(true, Ordering::Relaxed);
+    app.holds.leading();
+    let beat = |body: String| async move {
+        call(
+            addr,
+            "POST",
+            "/v1/heartbeat",
+            Some("Bearer t-kedge1"),
+            body.as_bytes(),
+        )
+        .await
+    };
+    // Before the rules were made: no "access" (edgelinkd keeps its own).
+    let (code, body) = beat(r#"{"node": "kedge1", "intervalMs": 500}"#.into()).await;
+    assert_eq!((code, body.as_str()), (200, r#"{"holdMs":3000}"#));
+    let attachments = std::collections::BTreeMap::from([(
+        "hil/device01-01-0".to_string(),
+        AttachmentAccess {
+            device: "hil/device01-01".into(),
+            allowed: Some(vec![Client {
+                address: "10.244.1.5".parse().unwrap(),
+                pod: "ci/runner-1".into(),
+            }]),
+            lease: None,
+        },
+    )]);
+    let (rules, _) = edgelink_operator::access::fit(attachments, 1 << 20);
+    app.access
+        .lock()
+        .unwrap()
+        .set(std::collections::BTreeMap::from([(
+            "kedge1".to_string(),
+            rules.clone(),
+        )]));
+    for have in [
+        r#""#,
+        r#", "access": """#,
+        r#", "access": "0000000000000000""#,
+    ] {
+        let (code, body) = beat(format!(r#"{{"node": "kedge1", "intervalMs": 500{have}}}"#)).await;
+        assert_eq!(code, 200);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["holdMs"], 3000);
+        let got: AccessRules = serde_json::from_value(v["access"].clone()).unwrap();
+        assert_eq!(got, rules, "{have}");
+    }
+    let (_, body) = beat(format!(
+        r#"{{"node": "kedge1", "intervalMs": 500, "access": "{}"}}"#,
+        rules.generation
+    ))
+    .await;
+    assert_eq!(body, r#"{"holdMs":3000}"#, "the same generation: left out");
 }
 
 #[tokio::test]
