@@ -172,25 +172,7 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         cond("Ready", &ready, gen, &old.conditions),
         cond("DeviceReachable", &reachable, gen, &old.conditions),
     ];
-    if !d.spec.reverse.is_empty() {
-        let v = match &made {
-            Ok(m) => edgelink_operator::reverse::verdict(&m.reverse),
-            Err(_) => verdict(
-                "Unknown",
-                "NotApplied",
-                "the Device's objects are not applied (see Reconciled)",
-            ),
-        };
-        status
-            .conditions
-            .push(cond("ReverseResolved", &v, gen, &old.conditions));
-    }
-    let (leased, cut) = ctx.access.state(&ns, &d.name_any());
-    if let Some(v) = edgelink_operator::access::verdict(d, leased, cut) {
-        status
-            .conditions
-            .push(cond("AccessEnforced", &v, gen, &old.conditions));
-    }
+    more_conditions(ctx, d, &made, &old, &mut status);
     let key = (ns.clone(), d.name_any());
     // Counters and probe times alone are written at most every
     // --status-refresh; a change of state at once.
@@ -205,6 +187,40 @@ async fn reconcile_inner(d: &Device, ctx: &Ctx) -> Result<(Action, &'static str)
         Ok(_) => Action::requeue(ctx.resync),
     };
     Ok((action, outcome))
+}
+
+/// `ReverseResolved` (with reverse entries) and `AccessEnforced` (with
+/// allowedClients or a lease).
+fn more_conditions(
+    ctx: &Ctx,
+    d: &Device,
+    made: &Result<Made, crate::run::make::NotApplied>,
+    old: &DeviceStatus,
+    status: &mut DeviceStatus,
+) {
+    let gen = d.metadata.generation;
+    if !d.spec.reverse.is_empty() {
+        let v = match made {
+            Ok(m) => edgelink_operator::reverse::verdict(&m.reverse),
+            Err(_) => verdict(
+                "Unknown",
+                "NotApplied",
+                "the Device's objects are not applied (see Reconciled)",
+            ),
+        };
+        status
+            .conditions
+            .push(cond("ReverseResolved", &v, gen, &old.conditions));
+    }
+    // Its allowedClients may have changed: the access loop looks again.
+    ctx.access.wake.notify_one();
+    let ns = d.namespace().unwrap_or_default();
+    let (leased, cut) = ctx.access.state(&ns, &d.name_any());
+    if let Some(v) = edgelink_operator::access::verdict(d, leased, cut) {
+        status
+            .conditions
+            .push(cond("AccessEnforced", &v, gen, &old.conditions));
+    }
 }
 
 /// `Reconciled`, and the outcome for the metrics.
