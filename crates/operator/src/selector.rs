@@ -27,6 +27,30 @@ pub fn matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
         })
 }
 
+/// What the API server would refuse in `sel` (at `path`): an operator
+/// other than the four, In or NotIn without values, Exists or
+/// DoesNotExist with some.
+pub fn problems(sel: &LabelSelector, path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+        let n = e.values.as_ref().map_or(0, Vec::len);
+        let at = format!("{path}.matchExpressions[{i}]");
+        match e.operator.as_str() {
+            "In" | "NotIn" if n == 0 => {
+                out.push(format!("{at}: operator {} needs values", e.operator))
+            }
+            "Exists" | "DoesNotExist" if n > 0 => {
+                out.push(format!("{at}: operator {} takes no values", e.operator))
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            op => out.push(format!(
+                "{at}: operator {op:?} is not In, NotIn, Exists or DoesNotExist"
+            )),
+        }
+    }
+    out
+}
+
 /// `sel` as `kubectl get -l` spells it (for messages and columns).
 pub fn describe(sel: &LabelSelector) -> String {
     let mut parts: Vec<String> = sel
@@ -90,6 +114,13 @@ mod tests {
         assert!(matches(&expr("Exists", &[]), &ci));
         assert!(!matches(&expr("DoesNotExist", &[]), &ci));
         assert!(!matches(&expr("Gt", &["1"]), &ci), "unknown: nothing");
+        assert!(problems(&expr("In", &["a"]), "s").is_empty());
+        assert_eq!(
+            problems(&expr("In", &[]), "s"),
+            ["s.matchExpressions[0]: operator In needs values"]
+        );
+        assert_eq!(problems(&expr("Exists", &["a"]), "s").len(), 1);
+        assert_eq!(problems(&expr("Gt", &["1"]), "s").len(), 1);
         assert_eq!(
             describe(&sel(
                 serde_json::json!({"matchLabels": {"app": "ci"}, "matchExpressions": [{"key": "x", "operator": "Exists"}]})

@@ -44,6 +44,32 @@ fn is_dns1035(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
+/// `spec.access.allowedClients`: each peer has a selector, and each
+/// selector is one the API server takes (the NetworkPolicy's).
+fn access(d: &Device, p: &mut Vec<String>) {
+    for (i, peer) in d
+        .spec
+        .access
+        .iter()
+        .flat_map(|a| &a.allowed_clients)
+        .enumerate()
+    {
+        let at = format!("spec.access.allowedClients[{i}]");
+        if peer.namespace_selector.is_none() && peer.pod_selector.is_none() {
+            p.push(format!("{at}: give namespaceSelector, podSelector or both"));
+        }
+        for (sel, f) in [
+            (&peer.namespace_selector, "namespaceSelector"),
+            (&peer.pod_selector, "podSelector"),
+        ] {
+            p.extend(
+                sel.iter()
+                    .flat_map(|s| crate::selector::problems(s, &format!("{at}.{f}"))),
+            );
+        }
+    }
+}
+
 /// The checks of the Device alone (its network aside).
 pub fn device(d: &Device) -> Result<(), Invalid> {
     let mut p = Vec::new();
@@ -57,6 +83,7 @@ pub fn device(d: &Device) -> Result<(), Invalid> {
         ));
     }
     nodes(d, &mut p);
+    access(d, &mut p);
     if let Some(h) = &d.spec.health {
         health(d, h, &mut p);
     }

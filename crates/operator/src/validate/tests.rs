@@ -254,3 +254,26 @@ fn max_connections_is_split_between_the_nodes_and_each_needs_a_place() {
     assert_eq!(crate::render::share(5, 2), 2, "never more than the total");
     assert_eq!(crate::render::share(64, 1), 64);
 }
+
+#[test]
+fn allowed_clients_the_api_server_would_refuse_are_named() {
+    let mut d = crate::fixtures::device();
+    d.spec.access = Some(
+        serde_norway::from_str(
+            "{allowedClients: [{podSelector: {matchLabels: {app: ci}}}, {}, {namespaceSelector: {matchExpressions: [{key: team, operator: Gt, values: ['1']}]}}]}",
+        )
+        .unwrap(),
+    );
+    let p = problems(device(&d));
+    assert!(
+        p.contains("spec.access.allowedClients[1]: give namespaceSelector, podSelector or both"),
+        "{p}"
+    );
+    assert!(
+        p.contains(
+            "spec.access.allowedClients[2].namespaceSelector.matchExpressions[0]: operator \"Gt\""
+        ),
+        "{p}"
+    );
+    assert!(!p.contains("allowedClients[0]"), "{p}");
+}
