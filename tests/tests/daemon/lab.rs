@@ -600,6 +600,11 @@ impl UdpClient {
         }))
     }
 
+    /// Send `msg`, expecting nothing.
+    pub fn send(&self, msg: &[u8]) {
+        self.0.send(msg).unwrap();
+    }
+
     /// Send `msg`; the answer (within 3 s).
     pub fn echo(&self, msg: &[u8]) -> Vec<u8> {
         self.0.send(msg).unwrap();

@@ -8,6 +8,7 @@
 
 mod lab;
 
+mod access;
 mod cli;
 mod handover;
 mod handover_races;

@@ -130,7 +130,7 @@ fn the_heartbeat_goes_beside_the_webhook_as_often_as_asked() {
     let b: serde_json::Value = serde_json::from_str(&beats()[0]).unwrap();
     assert_eq!(
         b,
-        serde_json::json!({"node": "kedge7", "intervalMs": 200, "holding": []})
+        serde_json::json!({"node": "kedge7", "intervalMs": 200, "holding": [], "access": ""})
     );
     assert!(posts(&r) >= 1, "the report still goes to /v1/status");
     let log = l.daemon().log_text();
