@@ -35,6 +35,8 @@ pub enum Ended {
     QueueTimeout,
     /// The device could not be reached.
     ConnectFailed,
+    /// A UDP session the full session table made room for a new one with.
+    Evicted,
 }
 
 /// One audit line.

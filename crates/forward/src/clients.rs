@@ -211,20 +211,63 @@ pub(crate) fn ended(r: &Option<Relayed>) -> Option<Ended> {
 /// The audit line of one connection from `peer`, started at `since`
 /// ([`now_ms`]), that moved `bytes` (to the device, to the client).
 pub(crate) fn audit(ctx: &Ctx, peer: SocketAddr, since: u64, bytes: (u64, u64), ended: Ended) {
-    let trail = &ctx.shared.audit;
+    let ms = now_ms().saturating_sub(since);
+    record(
+        &ctx.shared.audit,
+        &ctx.access,
+        &ctx.forward,
+        peer,
+        ms,
+        bytes,
+        ended,
+    );
+}
+
+/// The audit line of a UDP session (`edgelink-relay`'s session hook): one
+/// per session, as it ends. Refused datagrams are counted, not audited.
+pub(crate) fn udp_hook(ctx: &Ctx) -> Option<edgelink_relay::SessionHook> {
+    use edgelink_relay::SessionEnded;
+    let trail = ctx.shared.audit.clone();
+    if !trail.is_on() {
+        return None;
+    }
+    let (access, forward) = (ctx.access.clone(), ctx.forward.clone());
+    Some(edgelink_relay::SessionHook(std::sync::Arc::new(
+        move |end| {
+            let ended = match end.how {
+                SessionEnded::Idle => Ended::IdleTimeout,
+                SessionEnded::Evicted => Ended::Evicted,
+                SessionEnded::Failed => Ended::Reset,
+                SessionEnded::Closed => Ended::Closed,
+            };
+            let ms = u64::try_from(end.duration.as_millis()).unwrap_or(u64::MAX);
+            let bytes = (end.bytes_to_target, end.bytes_to_client);
+            record(&trail, &access, &forward, end.peer, ms, bytes, ended);
+        },
+    )))
+}
+
+fn record(
+    trail: &edgelink_access::Audit,
+    access: &edgelink_access::Slot,
+    f: &crate::runtime::ForwardRuntime,
+    peer: SocketAddr,
+    duration_ms: u64,
+    bytes: (u64, u64),
+    ended: Ended,
+) {
     if !trail.is_on() {
         return;
     }
-    let rule = ctx.access.rule();
+    let rule = access.rule();
     let ip = edgelink_access::rules::canonical(peer.ip());
-    let f = &ctx.forward;
     trail.log(
         Record {
             time: String::new(),
             kind: "audit".into(),
             device: rule
                 .as_ref()
-                .map_or_else(|| ctx.access.key.clone(), |r| r.device.clone()),
+                .map_or_else(|| access.key.clone(), |r| r.device.clone()),
             forward: f.spec.name.clone(),
             protocol: f.spec.protocol.to_string(),
             direction: if f.reverse.is_some() {
@@ -240,7 +283,7 @@ pub(crate) fn audit(ctx: &Ctx, peer: SocketAddr, since: u64, bytes: (u64, u64), 
             client_address: ip.to_string(),
             bytes_to_device: bytes.0,
             bytes_to_client: bytes.1,
-            duration_ms: now_ms().saturating_sub(since),
+            duration_ms,
             ended,
             lease: rule.as_ref().and_then(|r| r.lease()).map(str::to_string),
             at: None,

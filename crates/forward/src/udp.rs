@@ -19,6 +19,7 @@ pub fn spawn(ctx: &Ctx, w: usize, forward: UdpForward) -> JoinHandle<()> {
         idle_timeout: settings.udp_idle_timeout,
         max_sessions: settings.udp_max_sessions as usize,
         gso: settings.udp_gso,
+        on_end: crate::clients::udp_hook(ctx),
         ..Default::default()
     };
     let private = ctx.private.clone();

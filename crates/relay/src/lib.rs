@@ -32,7 +32,10 @@ pub use tcp::{
     keepalive_params, prepare_socket, relay_tcp, resume_tcp, splice_duplex, ParkedDirection,
     ParkedTcp, Relayed, Tally, TcpRelayConfig, DEFAULT_PIPE_SIZE,
 };
-pub use udp::{relay_udp, serve_udp, ParkedSession, UdpConfig, UdpForward, UdpTarget};
+pub use udp::{
+    relay_udp, serve_udp, ParkedSession, SessionEnd, SessionEnded, SessionHook, UdpConfig,
+    UdpForward, UdpTarget,
+};
 
 use futures_util::future::BoxFuture;
 use std::io;

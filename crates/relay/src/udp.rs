@@ -76,7 +76,52 @@ pub struct UdpConfig {
     /// refusal (a path without checksum offload, an MTU below the
     /// datagrams), and the datagrams are sent one by one instead.
     pub gso: bool,
+    /// Called as each session ends (idle, evicted, failed, closed; not when
+    /// parked for a hand-over), with what it moved: the audit trail.
+    pub on_end: Option<SessionHook>,
 }
+
+/// How a UDP session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnded {
+    /// No datagram either way for the idle timeout.
+    Idle,
+    /// The table was full and it was the least recently used.
+    Evicted,
+    /// Its upstream socket could not be made, or failed.
+    Failed,
+    /// The forward stopped.
+    Closed,
+}
+
+/// What one UDP session moved, as it ends.
+#[derive(Debug, Clone)]
+pub struct SessionEnd {
+    pub peer: SocketAddr,
+    pub duration: Duration,
+    /// Payload bytes relayed to the target, and back to the client.
+    pub bytes_to_target: u64,
+    pub bytes_to_client: u64,
+    pub how: SessionEnded,
+}
+
+/// [`UdpConfig::on_end`]: a function of the caller's.
+#[derive(Clone)]
+pub struct SessionHook(pub Arc<dyn Fn(SessionEnd) + Send + Sync>);
+
+impl std::fmt::Debug for SessionHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionHook")
+    }
+}
+
+impl PartialEq for SessionHook {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SessionHook {}
 
 impl Default for UdpConfig {
     fn default() -> Self {
@@ -85,6 +130,7 @@ impl Default for UdpConfig {
             max_sessions: 4096,
             batch: 64,
             gso: true,
+            on_end: None,
         }
     }
 }
@@ -227,6 +273,7 @@ pub async fn relay_udp(
         ended: ended_tx,
         gso_to_target: AtomicBool::new(cfg.gso),
         gso_to_client: AtomicBool::new(cfg.gso),
+        on_end: cfg.on_end.clone(),
     });
     let mut sweep = tokio::time::interval(sweep_period(cfg.idle_timeout));
     sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);

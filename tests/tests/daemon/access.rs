@@ -135,7 +135,7 @@ fn audited(l: &DLab, what: impl Fn(&Value) -> bool) -> Value {
 #[test]
 fn only_the_allowed_clients_get_through_and_each_refusal_is_counted_logged_and_audited() {
     let rule = json!({"device": DEVICE, "allowed": [runner_a()]});
-    let (mut l, _r) = access_lab(18190, answer("g1", rule), &[]);
+    let (mut l, _r) = access_lab(18190, answer("g1", rule), &["--udp-idle-timeout", "1"]);
     took(&mut l, "g1");
     assert!(echoes(&l, ALLOWED), "the allowed client gets through");
     assert!(!echoes(&l, OTHER), "the other one is refused");
@@ -158,6 +158,18 @@ fn only_the_allowed_clients_get_through_and_each_refusal_is_counted_logged_and_a
     assert!(wait_until(Duration::from_secs(5), || {
         l.forward("telemetry")["refused"].as_u64().unwrap_or(0) > before
     }));
+    // A UDP session has its line as it ends (idle here).
+    let session = audited(&l, |v| {
+        v["protocol"] == "udp" && v["client"] == "ci/runner-a"
+    });
+    assert_eq!(session["ended"], "idle-timeout");
+    assert_eq!(
+        (
+            session["bytesToDevice"].as_u64(),
+            session["bytesToClient"].as_u64()
+        ),
+        (Some(3), Some(3))
+    );
     // Logged with who it was.
     let log = l.daemon().log_text();
     assert!(

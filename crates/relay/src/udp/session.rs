@@ -81,6 +81,7 @@ pub(super) struct Shared {
     /// Whether sends to the target, and to clients, still use GSO.
     pub gso_to_target: AtomicBool,
     pub gso_to_client: AtomicBool,
+    pub on_end: Option<super::SessionHook>,
 }
 
 /// An upstream socket made (or not) for session `slot`/`generation`.
@@ -104,6 +105,11 @@ struct Session {
     state: State,
     /// The task making the socket, then the reply task.
     task: Option<JoinHandle<()>>,
+    /// For [`Shared::on_end`]: [`Clock`] time it opened, and the bytes
+    /// relayed each way (the reply task counts its own).
+    started: u64,
+    to_target: u64,
+    to_client: Option<Arc<AtomicU64>>,
 }
 
 enum State {
@@ -239,8 +245,10 @@ impl Table {
                         &self.shared.gso_to_target,
                         &counters.errors,
                     );
+                    let bytes = sent_bytes(&slices[..k], sent);
+                    session.to_target += bytes;
                     Counters::add(&counters.udp_datagrams_to_target, sent);
-                    Counters::add(&counters.bytes_to_target, sent_bytes(&slices[..k], sent));
+                    Counters::add(&counters.bytes_to_target, bytes);
                     Counters::add(&counters.udp_drops, dropped);
                 }
                 State::Pending {
@@ -311,6 +319,9 @@ impl Table {
                 crowded: false,
             },
             task: Some(task),
+            started: now,
+            to_target: 0,
+            to_client: self.shared.on_end.is_some().then(Arc::default),
         });
         self.by_peer.insert(peer, slot);
         self.lru.insert((now, slot));
@@ -354,6 +365,7 @@ impl Table {
             }
             if let Some(s) = self.remove(slot) {
                 tracing::debug!(peer = %s.peer, "UDP session evicted, the table is full");
+                self.end(&s, super::SessionEnded::Evicted);
             }
             Counters::inc(&self.shared.counters.udp_evictions);
             return;
@@ -394,6 +406,7 @@ impl Table {
                 Counters::inc(&counters.connect_errors);
                 if let Some(s) = self.remove(slot) {
                     tracing::debug!(peer = %s.peer, error = %e, "cannot open the UDP session's upstream socket");
+                    self.end(&s, super::SessionEnded::Failed);
                     if let State::Pending { lens, .. } = &s.state {
                         Counters::add(&counters.udp_drops, lens.len() as u64);
                     }
@@ -410,6 +423,7 @@ impl Table {
             peer: SockAddr::from(session.peer),
             local: session.local,
             last: session.last.clone(),
+            to_client: session.to_client.clone(),
             slot,
             generation,
         };
@@ -446,13 +460,30 @@ impl Table {
                 &self.shared.gso_to_target,
                 &counters.errors,
             );
+            let bytes = sent_bytes(&slices[..chunk.len()], sent);
+            session.to_target += bytes;
             Counters::add(&counters.udp_datagrams_to_target, sent);
-            Counters::add(
-                &counters.bytes_to_target,
-                sent_bytes(&slices[..chunk.len()], sent),
-            );
+            Counters::add(&counters.bytes_to_target, bytes);
             Counters::add(&counters.udp_drops, dropped);
         }
+    }
+
+    /// Tell [`Shared::on_end`] what session `s` moved.
+    fn end(&self, s: &Session, how: super::SessionEnded) {
+        let Some(hook) = &self.shared.on_end else {
+            return;
+        };
+        let ms = self.shared.clock.now().saturating_sub(s.started);
+        (hook.0)(super::SessionEnd {
+            peer: s.peer,
+            duration: std::time::Duration::from_millis(ms),
+            bytes_to_target: s.to_target,
+            bytes_to_client: s
+                .to_client
+                .as_ref()
+                .map_or(0, |c| c.load(Ordering::Relaxed)),
+            how,
+        });
     }
 
     /// The reply task of session `slot`/`generation` ended (its socket
@@ -465,6 +496,7 @@ impl Table {
         {
             if let Some(s) = self.remove(slot) {
                 tracing::debug!(peer = %s.peer, "UDP session closed: its socket failed");
+                self.end(&s, super::SessionEnded::Failed);
             }
         }
     }
@@ -494,6 +526,7 @@ impl Table {
             }
             if let Some(s) = self.remove(slot) {
                 tracing::debug!(peer = %s.peer, "UDP session closed after its idle timeout");
+                self.end(&s, super::SessionEnded::Idle);
             }
         }
     }
@@ -503,6 +536,7 @@ impl Table {
         let mut tasks = Vec::with_capacity(self.by_peer.len());
         for slot in 0..self.slots.len() {
             if let Some(mut s) = self.remove(slot) {
+                self.end(&s, super::SessionEnded::Closed);
                 if let Some(task) = s.task.take() {
                     task.abort();
                     tasks.push(task);

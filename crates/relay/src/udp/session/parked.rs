@@ -45,12 +45,15 @@ impl Table {
                 std::net::IpAddr::V6(a) => Local::V6(a),
             });
         let last = Arc::new(AtomicU64::new(last));
+        // Its audit counts from here (the daemon before wrote nothing).
+        let to_client: Option<Arc<AtomicU64>> = self.shared.on_end.is_some().then(Arc::default);
         let replies = Replies {
             socket: socket.clone(),
             shared: self.shared.clone(),
             peer: SockAddr::from(peer),
             local,
             last: last.clone(),
+            to_client: to_client.clone(),
             slot,
             generation,
         };
@@ -63,6 +66,9 @@ impl Table {
             local,
             state: State::Ready { socket },
             task: Some(tokio::spawn(replies.run())),
+            started: now,
+            to_target: 0,
+            to_client,
         });
         self.by_peer.insert(peer, slot);
         self.lru.insert((indexed, slot));

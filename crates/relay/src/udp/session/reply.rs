@@ -28,6 +28,8 @@ pub(super) struct Replies {
     pub(super) peer: SockAddr,
     pub(super) local: Option<Local>,
     pub(super) last: Arc<AtomicU64>,
+    /// Bytes sent back to the client, when the session's end is reported.
+    pub(super) to_client: Option<Arc<AtomicU64>>,
     /// The session's place in the table, reported when the task ends.
     pub(super) slot: usize,
     pub(super) generation: u64,
@@ -95,8 +97,12 @@ impl Replies {
             &self.shared.gso_to_client,
             &counters.errors,
         );
+        let bytes = sent_bytes(&slices[..k], sent);
+        if let Some(c) = &self.to_client {
+            c.fetch_add(bytes, Ordering::Relaxed);
+        }
         Counters::add(&counters.udp_datagrams_to_client, sent);
-        Counters::add(&counters.bytes_to_client, sent_bytes(&slices[..k], sent));
+        Counters::add(&counters.bytes_to_client, bytes);
         Counters::add(&counters.udp_drops, dropped + (n - k) as u64);
         batch.release();
         Ok(())

@@ -39,6 +39,7 @@ fn table(max_sessions: usize) -> Table {
         ended,
         gso_to_target: AtomicBool::new(true),
         gso_to_client: AtomicBool::new(true),
+        on_end: None,
     })
 }
 
@@ -93,6 +94,33 @@ async fn eviction_takes_the_least_recently_used_session() {
     assert_eq!(Counters::get(&t.shared.counters.udp_evictions), 5);
     assert_eq!(Counters::get(&t.shared.counters.udp_sessions), 4);
     assert_eq!(t.lru.len(), 4, "one index entry per session");
+}
+
+#[tokio::test]
+async fn each_session_that_ends_is_reported_with_how() {
+    use crate::udp::{SessionEnd, SessionEnded, SessionHook};
+    let ends: Arc<std::sync::Mutex<Vec<SessionEnd>>> = Arc::default();
+    let seen = ends.clone();
+    let mut t = table(2);
+    Arc::get_mut(&mut t.shared).unwrap().on_end =
+        Some(SessionHook(Arc::new(move |e| seen.lock().unwrap().push(e))));
+    from_client(&mut t, 0, 0);
+    from_client(&mut t, 1, 1);
+    from_client(&mut t, 2, 2); // evicts client 0
+    t.sweep_at(1_000_000, 1_000); // both others idle
+    let ends = ends.lock().unwrap();
+    let got: Vec<(SocketAddr, SessionEnded)> = ends.iter().map(|e| (e.peer, e.how)).collect();
+    assert_eq!(
+        got,
+        [
+            (peer(0), SessionEnded::Evicted),
+            (peer(1), SessionEnded::Idle),
+            (peer(2), SessionEnded::Idle)
+        ]
+    );
+    assert!(ends
+        .iter()
+        .all(|e| e.bytes_to_target == 0 && e.bytes_to_client == 0));
 }
 
 /// Eviction looks at one index entry (plus one per session whose
