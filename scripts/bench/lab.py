@@ -313,6 +313,7 @@ class Lab:
         """edgelinkd in the node netns, then a real plugin ADD of net1 (bridge
         mode) in POD with the forwards and the reverse forwards; returns
         net1's address (also self.net1)."""
+        write_access_rules(self.state)
         self.daemon = self.procs.start("edgelinkd", NODE, [
             DAEMON, "run", "--state-dir", self.state, "--status-addr", "127.0.0.1:9310",
             "--log-level", "warn", "--probe-interval", "0"] + os.environ.get("EDGELINKD_ARGS", "").split())
@@ -355,6 +356,24 @@ class Lab:
     def close(self):
         for ns in reversed(self.netns):
             sh("ip", "netns", "del", ns, check=False)
+
+
+def write_access_rules(state):
+    """Access rules for the relay's pod, as edgelink-operator sends them
+    (issue 26), where edgelinkd finds them at start: the client allowed
+    among 255 other addresses, so that every connection and datagram pays
+    for the check as on a Device with allowedClients. EDGELINK_BENCH_ACCESS=0
+    leaves them out (the pod is then open to every client). An edgelinkd
+    from before issue 26 ignores the file."""
+    if os.environ.get("EDGELINK_BENCH_ACCESS", "1") == "0":
+        return
+    allowed = [{"address": "10.244.9.%d" % i, "pod": "bench/other-%d" % i} for i in range(1, 256)]
+    allowed += [{"address": a, "pod": "bench/client"} for a in (CLIENT_IP, CLIENT_KIP)]
+    rules = {"generation": "bench", "attachments": {
+        "bench/proxy-0": {"device": "bench/device", "allowed": allowed}}}
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    with open(os.path.join(state, "access.json"), "w") as f:
+        json.dump(rules, f)
 
 
 def run_json(ns, argv, timeout):
