@@ -1,7 +1,9 @@
 //! The audit trail: one line per relayed connection (and UDP session) with
 //! who it was, to which device, how much moved and how it ended; refusals
-//! too. The relay hands a [`Record`] over and goes on: a thread of its own
-//! writes the lines in batches (JSON on stdout, rotated files under a
+//! too. The relay hands an [`End`] over (numbers and a shared [`Origin`]:
+//! no string is made on its thread) and goes on: a thread of its own
+//! makes the [`Record`], wakes at most ten times a second and writes the
+//! lines in batches (JSON on stdout, rotated files under a
 //! directory if one is configured) and keeps the latest in memory for
 //! `edgelinkd audit` and the status webhook. A full hand-over channel
 //! drops the line and counts it; it never holds a connection back.
@@ -80,6 +82,62 @@ impl Record {
     }
 }
 
+/// Where a forward's lines come from: one per forward, shared by them.
+#[derive(Debug)]
+pub struct Origin {
+    /// The attachment's rules: the Device's name, the client's pod, the
+    /// lease, as they are when the line is written.
+    pub slot: Arc<crate::Slot>,
+    pub forward: String,
+    /// `tcp` or `udp`.
+    pub protocol: &'static str,
+    /// `to-device` or `from-device`.
+    pub direction: &'static str,
+}
+
+/// One connection's end, as the relay hands it over.
+#[derive(Debug)]
+pub struct End {
+    pub origin: Arc<Origin>,
+    pub client: std::net::IpAddr,
+    pub duration_ms: u64,
+    /// To the device, to the client.
+    pub bytes: (u64, u64),
+    pub ended: Ended,
+    pub at: SystemTime,
+}
+
+impl End {
+    /// Its line, with the names the rules give now.
+    pub fn record(&self) -> Record {
+        let o = &self.origin;
+        let rule = o.slot.rule();
+        let ip = crate::rules::canonical(self.client);
+        Record {
+            time: String::new(),
+            kind: "audit".into(),
+            device: rule
+                .as_ref()
+                .map_or_else(|| o.slot.key.clone(), |r| r.device.clone()),
+            forward: o.forward.clone(),
+            protocol: o.protocol.into(),
+            direction: o.direction.into(),
+            client: rule
+                .as_ref()
+                .and_then(|r| r.pod_of(ip))
+                .map_or_else(|| ip.to_string(), str::to_string),
+            client_address: ip.to_string(),
+            bytes_to_device: self.bytes.0,
+            bytes_to_client: self.bytes.1,
+            duration_ms: self.duration_ms,
+            ended: self.ended,
+            lease: rule.as_ref().and_then(|r| r.lease()).map(str::to_string),
+            at: None,
+        }
+        .stamp(self.at)
+    }
+}
+
 /// Where the lines go.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -110,18 +168,21 @@ impl Default for Settings {
 /// Lines in flight to the writer at most: beyond, lines are dropped.
 const CHANNEL: usize = 65_536;
 
+/// How long the writer gathers lines after the first wakes it.
+const BATCH_WAIT: Duration = Duration::from_millis(100);
+
 /// The audit trail of the node (cheap to share: an `Arc` inside).
 #[derive(Debug, Clone)]
 pub struct Audit {
-    tx: Option<SyncSender<Record>>,
+    tx: Option<SyncSender<End>>,
     shared: Arc<Shared>,
 }
 
 #[derive(Debug, Default)]
 struct Shared {
-    recent: Mutex<VecDeque<Record>>,
+    recent: Mutex<VecDeque<Arc<Record>>>,
     /// Lines not yet taken by the status webhook.
-    unsent: Mutex<Vec<Record>>,
+    unsent: Mutex<Vec<Arc<Record>>>,
     pub written: AtomicU64,
     pub dropped: AtomicU64,
     pub write_errors: AtomicU64,
@@ -157,10 +218,10 @@ impl Audit {
         self.tx.is_some()
     }
 
-    /// Hand a line over; never blocks.
-    pub fn log(&self, r: Record) {
+    /// Hand a connection's end over; never blocks.
+    pub fn log(&self, e: End) {
         let Some(tx) = &self.tx else { return };
-        match tx.try_send(r) {
+        match tx.try_send(e) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
@@ -179,14 +240,14 @@ impl Audit {
                 device.is_none_or(|d| r.device == d || r.device.rsplit('/').next() == Some(d))
             })
             .filter(|r| since.is_none_or(|s| r.at.is_none_or(|at| at >= s)))
-            .cloned()
+            .map(|r| Record::clone(r))
             .collect()
     }
 
     /// The lines the status webhook has not sent yet (taken: the next call
     /// has only newer ones), at most `max`; the older ones beyond it are
     /// counted as dropped.
-    pub fn take_unsent(&self, max: usize) -> Vec<Record> {
+    pub fn take_unsent(&self, max: usize) -> Vec<Arc<Record>> {
         let mut unsent = self.shared.unsent.lock().unwrap_or_else(|e| e.into_inner());
         let all = std::mem::take(&mut *unsent);
         let skip = all.len().saturating_sub(max);
@@ -227,14 +288,18 @@ impl Writer {
         }
     }
 
-    fn run(mut self, rx: Receiver<Record>) {
+    fn run(mut self, rx: Receiver<End>) {
         while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
-            // What came meanwhile goes in the same write.
-            while batch.len() < 4096 {
-                match rx.try_recv() {
-                    Ok(r) => batch.push(r),
-                    Err(_) => break,
+            // A line wakes the thread; what comes in the next 100 ms goes
+            // in the same write: the relay's threads wake this one at most
+            // ten times a second, however many connections end.
+            std::thread::sleep(BATCH_WAIT);
+            let mut batch = vec![Arc::new(first.record())];
+            while let Ok(e) = rx.try_recv() {
+                batch.push(Arc::new(e.record()));
+                if batch.len() == 8192 {
+                    self.write(&batch);
+                    self.keep(std::mem::take(&mut batch));
                 }
             }
             self.write(&batch);
@@ -242,10 +307,10 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, batch: &[Record]) {
+    fn write(&mut self, batch: &[Arc<Record>]) {
         let mut text = Vec::with_capacity(batch.len() * 320);
         for r in batch {
-            if serde_json::to_writer(&mut text, r).is_ok() {
+            if serde_json::to_writer(&mut text, &**r).is_ok() {
                 text.push(b'\n');
             }
         }
@@ -264,7 +329,7 @@ impl Writer {
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
     }
 
-    fn keep(&self, batch: Vec<Record>) {
+    fn keep(&self, batch: Vec<Arc<Record>>) {
         {
             let mut unsent = self.shared.unsent.lock().unwrap_or_else(|e| e.into_inner());
             unsent.extend(batch.iter().cloned());

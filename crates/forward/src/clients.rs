@@ -16,7 +16,8 @@
 
 use crate::ctx::Ctx;
 use crate::cutoff::Cut;
-use edgelink_access::{Ended, Record, Refusal, Verdict};
+use edgelink_access::audit::End;
+use edgelink_access::{Ended, Refusal, Verdict};
 use edgelink_handover::lot::ParkedConn;
 use edgelink_relay::{Counters, ParkedTcp, Relayed, Tally};
 use std::net::SocketAddr;
@@ -62,7 +63,7 @@ pub(crate) fn admits(ctx: &Ctx, client: &tokio::net::TcpStream, peer: SocketAddr
         Verdict::Refused(r) => {
             let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
             refused(ctx, peer, r, "refused");
-            audit(ctx, peer, now_ms(), (0, 0), ended_by(r));
+            audit(ctx, peer.ip(), now_ms(), (0, 0), ended_by(r));
             false
         }
     }
@@ -161,11 +162,11 @@ pub(crate) async fn go_on(ctx: &Ctx, mut p: ParkedTcp, tally: &Tally) -> Recheck
             Ok(p) => p,
             Err(e) => return Rechecked::Cut(e),
         };
-        let cfg = ctx.relay_config();
+        let cfg = ctx.relay_config(true);
         let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
         let park = ctx.cutoff.token(&ctx.shared.lot);
         let (c, pipes) = (&ctx.forward.counters, &ctx.shared.pipes);
-        let run = edgelink_relay::resume_tcp(p, pipes, c, &cfg, &park, Some(tally));
+        let run = edgelink_relay::resume_tcp(p, pipes, c, cfg, &park, Some(tally));
         let r = crate::ending::relay(std::pin::pin!(run), fds, &ctx.cutoff).await;
         match r {
             Some(Relayed::Parked(next)) if ctx.cutoff.why(&ctx.shared.lot) == Cut::Revoked => {
@@ -209,18 +210,27 @@ pub(crate) fn ended(r: &Option<Relayed>) -> Option<Ended> {
 }
 
 /// The audit line of one connection from `peer`, started at `since`
-/// ([`now_ms`]), that moved `bytes` (to the device, to the client).
-pub(crate) fn audit(ctx: &Ctx, peer: SocketAddr, since: u64, bytes: (u64, u64), ended: Ended) {
-    let ms = now_ms().saturating_sub(since);
-    record(
-        &ctx.shared.audit,
-        &ctx.access,
-        &ctx.forward,
-        peer,
-        ms,
+/// ([`now_ms`]), that moved `bytes` (to the device, to the client): handed
+/// to the trail's thread, which makes the line.
+pub(crate) fn audit(
+    ctx: &Ctx,
+    peer: std::net::IpAddr,
+    since: u64,
+    bytes: (u64, u64),
+    ended: Ended,
+) {
+    let trail = &ctx.shared.audit;
+    if !trail.is_on() {
+        return;
+    }
+    trail.log(End {
+        origin: ctx.audit_origin(),
+        client: peer,
+        duration_ms: now_ms().saturating_sub(since),
         bytes,
         ended,
-    );
+        at: SystemTime::now(),
+    });
 }
 
 /// The audit line of a UDP session (`edgelink-relay`'s session hook): one
@@ -231,7 +241,7 @@ pub(crate) fn udp_hook(ctx: &Ctx) -> Option<edgelink_relay::SessionHook> {
     if !trail.is_on() {
         return None;
     }
-    let (access, forward) = (ctx.access.clone(), ctx.forward.clone());
+    let origin = ctx.audit_origin();
     Some(edgelink_relay::SessionHook(std::sync::Arc::new(
         move |end| {
             let ended = match end.how {
@@ -240,54 +250,14 @@ pub(crate) fn udp_hook(ctx: &Ctx) -> Option<edgelink_relay::SessionHook> {
                 SessionEnded::Failed => Ended::Reset,
                 SessionEnded::Closed => Ended::Closed,
             };
-            let ms = u64::try_from(end.duration.as_millis()).unwrap_or(u64::MAX);
-            let bytes = (end.bytes_to_target, end.bytes_to_client);
-            record(&trail, &access, &forward, end.peer, ms, bytes, ended);
+            trail.log(End {
+                origin: origin.clone(),
+                client: end.peer.ip(),
+                duration_ms: u64::try_from(end.duration.as_millis()).unwrap_or(u64::MAX),
+                bytes: (end.bytes_to_target, end.bytes_to_client),
+                ended,
+                at: SystemTime::now(),
+            });
         },
     )))
-}
-
-fn record(
-    trail: &edgelink_access::Audit,
-    access: &edgelink_access::Slot,
-    f: &crate::runtime::ForwardRuntime,
-    peer: SocketAddr,
-    duration_ms: u64,
-    bytes: (u64, u64),
-    ended: Ended,
-) {
-    if !trail.is_on() {
-        return;
-    }
-    let rule = access.rule();
-    let ip = edgelink_access::rules::canonical(peer.ip());
-    trail.log(
-        Record {
-            time: String::new(),
-            kind: "audit".into(),
-            device: rule
-                .as_ref()
-                .map_or_else(|| access.key.clone(), |r| r.device.clone()),
-            forward: f.spec.name.clone(),
-            protocol: f.spec.protocol.to_string(),
-            direction: if f.reverse.is_some() {
-                "from-device"
-            } else {
-                "to-device"
-            }
-            .into(),
-            client: rule
-                .as_ref()
-                .and_then(|r| r.pod_of(ip))
-                .map_or_else(|| ip.to_string(), str::to_string),
-            client_address: ip.to_string(),
-            bytes_to_device: bytes.0,
-            bytes_to_client: bytes.1,
-            duration_ms,
-            ended,
-            lease: rule.as_ref().and_then(|r| r.lease()).map(str::to_string),
-            at: None,
-        }
-        .stamp(SystemTime::now()),
-    );
 }

@@ -106,7 +106,7 @@ struct Relay {
     handed: bool,
     /// The client's address at accept, and when it came
     /// ([`clients::now_ms`]): for its audit line.
-    peer: SocketAddr,
+    peer: std::net::IpAddr,
     since: u64,
 }
 
@@ -173,12 +173,12 @@ fn setup(
                 held: (slot, guard, permit),
                 park,
                 handed,
-                peer: ends.peer,
+                peer: ends.peer.ip(),
                 since: started,
             }),
             Setup::Refused(ended) => {
                 let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-                clients::audit(&ctx, ends.peer, started, (0, 0), ended);
+                clients::audit(&ctx, ends.peer.ip(), started, (0, 0), ended);
                 None
             }
             Setup::Left => None,
@@ -194,8 +194,7 @@ impl Relay {
         // The fields are used where they lie: moved into locals, they would
         // take their room twice in this future.
         async move {
-            let mut cfg = self.ctx.relay_config();
-            cfg.prepared &= !self.handed;
+            let cfg = self.ctx.relay_config(!self.handed);
             let fds = [self.client.as_raw_fd(), self.upstream.as_raw_fd()];
             let (c, pipes) = (&self.ctx.forward.counters, &self.ctx.shared.pipes);
             let tally = Tally::default();
@@ -205,7 +204,7 @@ impl Relay {
                 self.upstream,
                 pipes,
                 c,
-                &cfg,
+                cfg,
                 &self.park,
                 audited,
             );
@@ -224,7 +223,7 @@ pub(crate) async fn settle(
     ctx: &Ctx,
     r: Option<Relayed>,
     tally: &Tally,
-    peer: SocketAddr,
+    peer: std::net::IpAddr,
     since: u64,
 ) -> Option<Relayed> {
     let revoked =

@@ -75,6 +75,10 @@ pub struct Ctx {
     pub cutoff: Arc<Cutoff>,
     /// The attachment's access rules: who may connect.
     pub access: Arc<Slot>,
+    /// Where its audit lines come from, made at the first one.
+    pub audit_origin: std::sync::OnceLock<Arc<edgelink_access::audit::Origin>>,
+    /// The relay's configs, made at the first connection: [prepared, not].
+    pub relay_cfg: std::sync::OnceLock<[edgelink_relay::TcpRelayConfig; 2]>,
     /// Whether the forward's reachability probe runs (`--probe-interval`):
     /// not when the attachment has a `health` probe, which replaces it.
     pub reachability_probe: bool,
@@ -116,8 +120,45 @@ impl Ctx {
         }
     }
 
-    /// How the relay of one of this forward's connections moves bytes.
-    pub(crate) fn relay_config(&self) -> edgelink_relay::TcpRelayConfig {
+    /// How the relay of one of this forward's connections moves bytes;
+    /// `prepared`: its sockets carry the relay's options (false: one the
+    /// daemon before a hand-over accepted). Made once per context and
+    /// borrowed: a config in each connection's task was 56 bytes of every
+    /// idle connection.
+    pub(crate) fn relay_config(&self, prepared: bool) -> &edgelink_relay::TcpRelayConfig {
+        let both = self.relay_cfg.get_or_init(|| {
+            let p = self.make_relay_config();
+            let unprepared = edgelink_relay::TcpRelayConfig {
+                prepared: false,
+                ..p.clone()
+            };
+            [p, unprepared]
+        });
+        &both[usize::from(!prepared)]
+    }
+
+    /// What this forward's audit lines share.
+    pub(crate) fn audit_origin(&self) -> Arc<edgelink_access::audit::Origin> {
+        let f = &self.forward;
+        let o = self.audit_origin.get_or_init(|| {
+            Arc::new(edgelink_access::audit::Origin {
+                slot: self.access.clone(),
+                forward: f.spec.name.clone(),
+                protocol: match f.spec.protocol {
+                    edgelink_attachment::Protocol::Tcp => "tcp",
+                    edgelink_attachment::Protocol::Udp => "udp",
+                },
+                direction: if f.reverse.is_some() {
+                    "from-device"
+                } else {
+                    "to-device"
+                },
+            })
+        });
+        o.clone()
+    }
+
+    fn make_relay_config(&self) -> edgelink_relay::TcpRelayConfig {
         let args = &self.shared.settings;
         edgelink_relay::TcpRelayConfig {
             pipe_size: args.pipe_size,
@@ -143,6 +184,8 @@ impl Ctx {
             close: self.close.clone(),
             cutoff: self.cutoff.clone(),
             access: self.access.clone(),
+            relay_cfg: self.relay_cfg.clone(),
+            audit_origin: self.audit_origin.clone(),
             reachability_probe: self.reachability_probe,
         }
     }

@@ -18,7 +18,6 @@ use crate::ending::{finish, relay};
 use crate::protect::{Admission, Place, Turn};
 use edgelink_handover::lot::{Guard, ParkedConn, Pending};
 use edgelink_relay::ParkedTcp;
-use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
@@ -160,12 +159,12 @@ fn relay_again(
     guard: Guard,
 ) -> impl std::future::Future<Output = ()> + Send {
     async move {
-        let cfg = ctx.relay_config();
+        let cfg = ctx.relay_config(true);
         let fds = [p.client.as_raw_fd(), p.upstream.as_raw_fd()];
         // Its audit line counts from here; the bytes are the kernel's, so
         // from the connection's start.
-        let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
-        let peer = p.client.peer_addr().unwrap_or(unknown);
+        let unknown = std::net::IpAddr::from([0, 0, 0, 0]);
+        let peer = p.client.peer_addr().map_or(unknown, |a| a.ip());
         let since = crate::clients::now_ms();
         let tally = edgelink_relay::Tally::default();
         // The rules may have changed during the hand-over.
@@ -179,7 +178,7 @@ fn relay_again(
         let park = ctx.cutoff.token(&ctx.shared.lot);
         let audited = ctx.shared.audit.is_on().then_some(&tally);
         let (c, pipes) = (&ctx.forward.counters, &ctx.shared.pipes);
-        let run = edgelink_relay::resume_tcp(p, pipes, c, &cfg, &park, audited);
+        let run = edgelink_relay::resume_tcp(p, pipes, c, cfg, &park, audited);
         let r = relay(std::pin::pin!(run), fds, &ctx.cutoff).await;
         let r = settle(&ctx, r, &tally, peer, since).await;
         finish(&ctx, r, (slot, place), guard);

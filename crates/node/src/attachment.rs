@@ -190,6 +190,8 @@ impl Attachment {
             close: self.close.subscribe(),
             cutoff: self.cutoff.clone(),
             access: self.access.clone(),
+            relay_cfg: Default::default(),
+            audit_origin: Default::default(),
             reachability_probe: self.record.health.is_none(),
         };
         Some((ctx, std::mem::take(&mut self.tasks[i])))

@@ -12,6 +12,9 @@ pub struct NodeReport {
     pub node: String,
     pub version: String,
     pub attachments: Vec<ReportAttachment>,
+    /// edgelinkd's audit lines since its last report (issue 26): written
+    /// to the operator's log as they came, with the node's name.
+    pub audit: Vec<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -95,7 +95,10 @@ impl UrlSource {
 
 /// What makes a POST due at once: the attachments and their health state,
 /// and, per forward, its listener and reachability (not its counters).
-fn signature(s: &Status) -> Vec<(String, String, String, String, String)> {
+/// A status as [`signature`] sees it.
+type Signature = Vec<(String, String, String, String, String)>;
+
+fn signature(s: &Status) -> Signature {
     s.attachments
         .iter()
         .flat_map(|a| {
@@ -350,9 +353,7 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
             }
         };
         changes.borrow_and_update();
-        let status = d.status();
-        let sent = signature(&status);
-        let json = serde_json::to_vec(&status).unwrap_or_default();
+        let (sent, json) = report(&*d);
         let gzipped = whole_to
             .as_ref()
             .is_none_or(|(u, until)| *u != url || tokio::time::Instant::now() >= *until);
@@ -384,6 +385,48 @@ async fn run(d: Arc<dyn Source>, settings: Settings) {
     }
 }
 
+/// The report's JSON now, and the signature of its status (what makes
+/// the next one news). The audit lines since the last report ride along:
+/// the operator writes them to its log, one place for the whole
+/// cluster's. A report that fails loses them there (not in edgelinkd's
+/// own log or files).
+fn report(d: &dyn Source) -> (Signature, Vec<u8>) {
+    let status = d.status();
+    let sent = signature(&status);
+    let audit = d
+        .audit()
+        .map(|a| a.take_unsent(AUDIT_PER_REPORT))
+        .unwrap_or_default();
+    let json = serde_json::to_vec(&Report {
+        status: &status,
+        audit,
+    })
+    .unwrap_or_default();
+    (sent, json)
+}
+
+/// A report: the status, and the audit lines not sent yet.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    #[serde(flatten)]
+    status: &'a Status,
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "records")]
+    audit: Vec<Arc<edgelink_access::Record>>,
+}
+
+/// The lines as a JSON array (serde's `Arc` takes its `rc` feature).
+fn records<S: serde::Serializer>(
+    lines: &[Arc<edgelink_access::Record>],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(lines.iter().map(|r| &**r))
+}
+
+/// Audit lines per report at most (~300 bytes each, before gzip); older
+/// ones beyond it are dropped from the webhook (counted) and stay in
+/// edgelinkd's log and files.
+const AUDIT_PER_REPORT: usize = 5000;
+
 /// How long a receiver that refused a gzip'd report gets them whole before
 /// gzip is tried again: ten heartbeats (100 s by default), or ten minutes
 /// without heartbeats. One refused report each time, posted whole at once.
@@ -402,7 +445,7 @@ async fn news(
     changes: &mut tokio::sync::watch::Receiver<u64>,
     source: &UrlSource,
     url: &str,
-    sent: Vec<(String, String, String, String, String)>,
+    sent: Signature,
     every: Duration,
 ) -> bool {
     let due = tokio::time::Instant::now() + every;

@@ -135,7 +135,8 @@ fn audited(l: &DLab, what: impl Fn(&Value) -> bool) -> Value {
 #[test]
 fn only_the_allowed_clients_get_through_and_each_refusal_is_counted_logged_and_audited() {
     let rule = json!({"device": DEVICE, "allowed": [runner_a()]});
-    let (mut l, _r) = access_lab(18190, answer("g1", rule), &["--udp-idle-timeout", "1"]);
+    let flags = ["--udp-idle-timeout", "1", "--status-webhook-interval", "1"];
+    let (mut l, r) = access_lab(18190, answer("g1", rule), &flags);
     took(&mut l, "g1");
     assert!(echoes(&l, ALLOWED), "the allowed client gets through");
     assert!(!echoes(&l, OTHER), "the other one is refused");
@@ -204,6 +205,22 @@ fn only_the_allowed_clients_get_through_and_each_refusal_is_counted_logged_and_a
         "{text}"
     );
     assert!(audit(&l, "?device=hil%2Fother").is_empty());
+    // The status webhook carries them to the operator, once each.
+    let sent = || -> Vec<Value> {
+        let got = r.got.lock().unwrap().clone();
+        got.iter()
+            .filter_map(|(_, b)| serde_json::from_str::<Value>(b).ok())
+            .flat_map(|v| v["audit"].as_array().cloned().unwrap_or_default())
+            .collect()
+    };
+    assert!(wait_until(Duration::from_secs(10), || sent()
+        .iter()
+        .any(|v| v["ended"] == "refused-by-policy")));
+    let closed = sent()
+        .iter()
+        .filter(|v| v["client"] == "ci/runner-a" && v["protocol"] == "tcp")
+        .count();
+    assert_eq!(closed, 1, "each line once: {:#?}", sent());
 }
 
 #[test]

@@ -1,23 +1,38 @@
 use super::*;
 
-fn record(device: &str, at: SystemTime) -> Record {
-    Record {
-        time: String::new(),
-        kind: "audit".into(),
+/// The origin of a forward of attachment `lab/p-0` of `device`, whose
+/// rules name the client 10.244.1.5 `ci/runner-1`.
+fn origin(device: &str) -> Arc<Origin> {
+    let access = crate::Access::default();
+    let rule = crate::AttachmentAccess {
         device: device.into(),
-        forward: "http".into(),
-        protocol: "tcp".into(),
-        direction: "to-device".into(),
-        client: "ci/runner-1".into(),
-        client_address: "10.244.1.5".into(),
-        bytes_to_device: 10,
-        bytes_to_client: 20,
-        duration_ms: 5,
-        ended: Ended::Closed,
+        allowed: Some(vec![crate::Client {
+            address: "10.244.1.5".parse().unwrap(),
+            pod: "ci/runner-1".into(),
+        }]),
         lease: None,
-        at: None,
+    };
+    access.replace(crate::AccessRules {
+        generation: "g".into(),
+        attachments: [("lab/p-0".to_string(), rule)].into(),
+    });
+    Arc::new(Origin {
+        slot: access.slot("lab/p-0"),
+        forward: "http".into(),
+        protocol: "tcp",
+        direction: "to-device",
+    })
+}
+
+fn end(origin: &Arc<Origin>, at: SystemTime) -> End {
+    End {
+        origin: origin.clone(),
+        client: "::ffff:10.244.1.5".parse().unwrap(),
+        duration_ms: 5,
+        bytes: (10, 20),
+        ended: Ended::Closed,
+        at,
     }
-    .stamp(at)
 }
 
 /// Until the writer thread kept `n` lines (bounded).
@@ -43,13 +58,10 @@ fn lines_go_to_rotated_files_and_to_memory() {
     })
     .unwrap();
     let t0 = SystemTime::now() - Duration::from_secs(3600);
+    let (one, other) = (origin("lab/device01-01"), origin("lab/other"));
     for i in 0..12 {
-        let device = if i % 2 == 0 {
-            "lab/device01-01"
-        } else {
-            "lab/other"
-        };
-        a.log(record(device, t0 + Duration::from_secs(60 * i)));
+        let o = if i % 2 == 0 { &one } else { &other };
+        a.log(end(o, t0 + Duration::from_secs(60 * i)));
         // One line per batch, so that each write can rotate.
         written(&a, i + 1);
     }
@@ -58,6 +70,11 @@ fn lines_go_to_rotated_files_and_to_memory() {
     let line: Record = serde_json::from_str(current.lines().last().unwrap()).unwrap();
     assert_eq!(line.kind, "audit");
     assert_eq!(line.ended, Ended::Closed);
+    assert_eq!(
+        (line.client.as_str(), line.client_address.as_str()),
+        ("ci/runner-1", "10.244.1.5")
+    );
+    assert_eq!((line.bytes_to_device, line.bytes_to_client), (10, 20));
     assert!(
         line.time.ends_with('Z') && line.time.contains('T'),
         "{}",
@@ -86,7 +103,7 @@ fn lines_go_to_rotated_files_and_to_memory() {
 #[test]
 fn an_audit_that_is_off_keeps_nothing() {
     let a = Audit::off();
-    a.log(record("lab/d", SystemTime::now()));
+    a.log(end(&origin("lab/d"), SystemTime::now()));
     assert!(!a.is_on());
     assert!(a.recent(None, None).is_empty());
     assert_eq!(a.counts(), (0, 0, 0));

@@ -121,6 +121,38 @@ fn bearer(req: &Request<Incoming>) -> &str {
         .unwrap_or("")
 }
 
+/// A node's audit lines, one JSON line each on stdout, with `node` added:
+/// the cluster's whole trail in one log (docs/operator.md, "The audit
+/// trail"). Only lines of kind `audit` are written.
+fn write_audit(node: &str, lines: Vec<serde_json::Map<String, serde_json::Value>>) {
+    use std::io::Write;
+    if lines.is_empty() {
+        return;
+    }
+    let out = audit_text(node, lines);
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    let _ = lock.write_all(&out).and_then(|()| lock.flush());
+}
+
+/// [`write_audit`]'s text.
+pub(crate) fn audit_text(
+    node: &str,
+    lines: Vec<serde_json::Map<String, serde_json::Value>>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(lines.len() * 320);
+    for mut l in lines {
+        if l.get("kind").and_then(|k| k.as_str()) != Some("audit") {
+            continue;
+        }
+        l.insert("node".into(), node.into());
+        if serde_json::to_writer(&mut out, &l).is_ok() {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
 async fn take_report(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let sender = match app.auth.node_of(bearer(&req)).await {
         Ok(node) => node,
@@ -161,10 +193,11 @@ async fn take_report(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>>
         },
     };
     match serde_json::from_slice::<NodeReport>(&body) {
-        Ok(r) if !r.node.is_empty() => {
+        Ok(mut r) if !r.node.is_empty() => {
             if let Err(e) = sender::check_node(&r.node, &sender) {
                 return refuse(app, e);
             }
+            write_audit(&r.node, std::mem::take(&mut r.audit));
             app.metrics.reports.inc();
             tracing::debug!(node = %r.node, attachments = r.attachments.len(), "status report");
             let asked = app.reports.put(r);

@@ -542,3 +542,28 @@ async fn unfinished_heads_are_capped_and_closed_and_probes_answered() {
     }
     assert_eq!(now, 0, "unfinished connections outlived the header timeout");
 }
+
+#[test]
+fn a_reports_audit_lines_are_written_one_per_line_with_the_node() {
+    let report: NodeReport = serde_json::from_str(
+        r#"{"node": "kedge1", "attachments": [], "audit": [
+            {"time": "2026-11-27T06:00:00.000Z", "kind": "audit", "device": "hil/device01-01",
+             "client": "ci/runner-a", "ended": "closed"},
+            {"kind": "something else"},
+            {"time": "2026-11-27T06:00:01.000Z", "kind": "audit", "device": "hil/device01-01",
+             "client": "10.244.2.7", "ended": "refused-by-policy"}]}"#,
+    )
+    .unwrap();
+    let text = String::from_utf8(audit_text("kedge1", report.audit)).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "only audit lines: {text}");
+    assert_eq!(lines[0]["node"], "kedge1");
+    assert_eq!(lines[0]["client"], "ci/runner-a");
+    assert_eq!(lines[1]["ended"], "refused-by-policy");
+    // A report without them (an older edgelinkd) has none.
+    let old: NodeReport = serde_json::from_str(r#"{"node": "kedge1"}"#).unwrap();
+    assert!(old.audit.is_empty());
+}
