@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end checks of issues 10, 11 (e2e-operator.sh), 13 (8b, 8c), 14 (10,
 # e2e-reverse.sh; O12), 23 (the current profile: 8c current/e2e-surge.sh, X1-X2 current/e2e-cross.sh)
-# and 24 (F1-F6 current/e2e-failover.sh)
+# 24 (F1-F6 current/e2e-failover.sh) and 26 (A1-A5 current/e2e-access.sh)
 # on the kube lab (`make e2e-kube`): `scripts/kube-lab.sh up` (which installs
 # edgelink), then one PASS/FAIL line per check, then "N passed, M failed".
 # The lab is brought down at the end, always, unless KEEP=1.
@@ -556,6 +556,11 @@ fi
 if [[ $KUBE != 1.20 ]]; then
   # shellcheck source=scripts/kube-lab/current/e2e-failover.sh
   . "$HERE/current/e2e-failover.sh"
+fi
+# --- A1-A5. who may use a device: allowedClients, leases, the audit trail: current/e2e-access.sh -----------
+if [[ $KUBE != 1.20 ]]; then
+  # shellcheck source=scripts/kube-lab/current/e2e-access.sh
+  . "$HERE/current/e2e-access.sh"
 fi
 reverse_cleanup
 
