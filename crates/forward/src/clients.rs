@@ -62,6 +62,14 @@ pub(crate) fn admits(ctx: &Ctx, client: &tokio::net::TcpStream, peer: SocketAddr
         Verdict::Allowed | Verdict::Wait => true,
         Verdict::Refused(r) => {
             let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
+            if crate::node_local::is_node_address(peer.ip()) {
+                // The kubelet's readiness probe (every 10 s), or a
+                // hostNetwork process of the node: refused all the same,
+                // counted apart, not audited.
+                Counters::inc(&ctx.forward.access.refused_node);
+                tracing::debug!(client = %peer, "refused a connection from the node itself");
+                return false;
+            }
             refused(ctx, peer, r, "refused");
             audit(ctx, peer.ip(), now_ms(), (0, 0), ended_by(r));
             false

@@ -17,6 +17,8 @@
 //! - `protect`: the device's protection (queue, retries, latency).
 //! - [`clients`]: who may connect (the access rules: allowedClients, the
 //!   lease) and the audit line of each connection.
+//! - [`node_local`]: whether a client is the node itself (the kubelet's
+//!   probes).
 //! - `private_side`: which side of the pod a connection came from.
 //! - `reverse`, `follow`: reverse forwards and the names they follow.
 //! - `probe`: the reachability probe; [`health`]: the attachment's device
@@ -37,6 +39,7 @@ pub mod factory;
 mod follow;
 pub mod health;
 mod listen;
+pub mod node_local;
 pub mod private_side;
 mod probe;
 pub mod protect;

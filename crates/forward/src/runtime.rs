@@ -16,6 +16,10 @@ pub struct AccessCounters {
     pub refused_policy: AtomicU64,
     /// Clients refused because the device is leased to someone else.
     pub refused_lease: AtomicU64,
+    /// Clients refused that came from the node itself (the kubelet's
+    /// readiness probe of the proxy pod, a hostNetwork process): not in
+    /// the two above, not audited.
+    pub refused_node: AtomicU64,
     /// Relayed connections reset because the rules changed (a lease
     /// taken, a client no longer allowed).
     pub reset: AtomicU64,
@@ -209,6 +213,7 @@ impl ForwardRuntime {
             connections_rejected_total: Counters::get(&self.rejected),
             refused_by_policy_total: Counters::get(&self.access.refused_policy),
             refused_by_lease_total: Counters::get(&self.access.refused_lease),
+            refused_from_node_total: Counters::get(&self.access.refused_node),
             access_resets_total: Counters::get(&self.access.reset),
             lease_waits_total: Counters::get(&self.access.waited),
             lease_wait_timeouts_total: Counters::get(&self.access.wait_timeouts),

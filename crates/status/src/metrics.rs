@@ -82,7 +82,7 @@ impl EncodeMetric for LatencyMetric {
 
 /// The families of every forward's counters (each `_total`), in the
 /// order of [`counter_values`].
-const COUNTERS: [(&str, &str); 26] = [
+const COUNTERS: [(&str, &str); 27] = [
     (
         "connections",
         "Connections accepted (TCP) or sessions created (UDP), as TOTAL in edgelinkd status",
@@ -158,6 +158,10 @@ const COUNTERS: [(&str, &str); 26] = [
         "TCP clients refused: the device is leased to another client",
     ),
     (
+        "refused_from_node",
+        "TCP clients the access rules refused that came from the node itself (the kubelet's probes)",
+    ),
+    (
         "access_resets",
         "Relayed TCP connections reset when the access rules changed (a lease taken)",
     ),
@@ -226,6 +230,7 @@ fn counter_values(f: &ForwardStatus) -> [u64; COUNTERS.len()] {
         f.idle_timeouts_total,
         f.refused_by_policy_total,
         f.refused_by_lease_total,
+        f.refused_from_node_total,
         f.access_resets_total,
         f.lease_waits_total,
         f.lease_wait_timeouts_total,

@@ -163,6 +163,11 @@ pub struct ForwardStatus {
     /// TCP clients refused because the device is leased to another.
     #[serde(default)]
     pub refused_by_lease_total: u64,
+    /// TCP clients the access rules refused that came from the node itself
+    /// (the kubelet's readiness probe, a hostNetwork process): not in the
+    /// two above, not audited.
+    #[serde(default)]
+    pub refused_from_node_total: u64,
     /// Relayed TCP connections reset because the access rules changed
     /// (a lease taken, a client no longer allowed).
     #[serde(default)]

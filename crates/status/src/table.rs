@@ -340,6 +340,7 @@ mod tests {
             connections_rejected_total: 0,
             refused_by_policy_total: 0,
             refused_by_lease_total: 0,
+            refused_from_node_total: 0,
             access_resets_total: 0,
             lease_waits_total: 0,
             lease_wait_timeouts_total: 0,

@@ -345,3 +345,37 @@ fn reverse_forwards_and_pods_without_rules_are_not_touched() {
     assert!(echoes(&l, OTHER) && echoes(&l, ALLOWED));
     assert_eq!(l.metric("edgelink_refused_by_policy_total", "api"), 0.0);
 }
+
+/// The kubelet probes a proxy pod from the node's own address: a refusal
+/// of an address the node has is counted apart and not audited. The
+/// stand-in: an address on the node namespace's loopback, which the client
+/// namespace uses as its source.
+#[test]
+fn a_refusal_of_the_node_itself_is_counted_apart_and_not_audited() {
+    const NODE_ADDR: &str = "10.244.1.30";
+    let rule = json!({"device": DEVICE, "allowed": [runner_a()]});
+    let (mut l, _r) = access_lab(18195, answer("g1", rule), &[]);
+    took(&mut l, "g1");
+    l.lab
+        .node
+        .ip(&["addr", "add", &format!("{NODE_ADDR}/32"), "dev", "lo"]);
+    l.client
+        .ip(&["addr", "add", &format!("{NODE_ADDR}/24"), "dev", "eth0"]);
+    assert!(!echoes(&l, NODE_ADDR), "refused all the same");
+    assert!(!echoes(&l, OTHER));
+    assert!(wait_until(Duration::from_secs(5), || {
+        l.metric("edgelink_refused_from_node_total", "api") >= 1.0
+    }));
+    assert_eq!(
+        l.metric("edgelink_refused_by_policy_total", "api"),
+        1.0,
+        "the other client only"
+    );
+    audited(&l, |v| v["clientAddress"] == OTHER);
+    assert!(
+        audit(&l, "")
+            .iter()
+            .all(|v| v["clientAddress"] != NODE_ADDR),
+        "the node's refusal is not audited"
+    );
+}
