@@ -69,6 +69,9 @@ pub struct Record {
     /// The lease the device was held under, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
+    /// A multiplexed Modbus/TCP client: the requests it made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
     #[serde(skip)]
     pub at: Option<SystemTime>,
 }
@@ -104,6 +107,8 @@ pub struct End {
     /// To the device, to the client.
     pub bytes: (u64, u64),
     pub ended: Ended,
+    /// A multiplexed Modbus/TCP client's requests.
+    pub requests: Option<u64>,
     pub at: SystemTime,
 }
 
@@ -132,6 +137,7 @@ impl End {
             duration_ms: self.duration_ms,
             ended: self.ended,
             lease: rule.as_ref().and_then(|r| r.lease()).map(str::to_string),
+            requests: self.requests,
             at: None,
         }
         .stamp(self.at)

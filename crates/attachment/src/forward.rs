@@ -97,6 +97,30 @@ pub struct Forward {
     /// The relay (default) or the kernel's NAT.
     #[serde(default, skip_serializing_if = "ForwardPath::is_relay")]
     pub path: ForwardPath,
+    /// TCP, relay: the forward speaks Modbus/TCP and carries every
+    /// client's requests over at most `maxConnections` (default 1)
+    /// connections to the device (edgelink-modbus). `None`: a plain relay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modbus: Option<ModbusMux>,
+}
+
+/// A Modbus/TCP forward's multiplexing (`"appProtocol": "modbus-tcp"`,
+/// `"multiplex": true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModbusMux {
+    /// Requests outstanding per connection to the device.
+    pub max_in_flight: u32,
+    /// How long a request's response may take before its client is
+    /// answered with exception 0x0B.
+    pub response_timeout_ms: u64,
+}
+
+impl ModbusMux {
+    pub const DEFAULT_MAX_IN_FLIGHT: u32 = 1;
+    pub const MAX_IN_FLIGHT: u32 = 16;
+    pub const DEFAULT_RESPONSE_TIMEOUT_MS: u64 = 1000;
+    pub const MAX_RESPONSE_TIMEOUT_MS: u64 = 600_000;
 }
 
 impl Forward {
@@ -124,6 +148,7 @@ mod tests {
             connect_retries: None,
             proxy_protocol: None,
             path: ForwardPath::Relay,
+            modbus: None,
         };
         assert!(f.target_allowed(&["172.17.16.0/24".parse().unwrap()]));
         assert!(!f.target_allowed(&["172.17.17.0/24".parse().unwrap()]));

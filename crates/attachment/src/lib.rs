@@ -20,7 +20,7 @@ pub use control::{
     nudge_daemon, query_daemon, CheckReply, ForwardLive, Reaper, Request, RequestError,
     DAEMON_SOCKET, RETIRED_ALIAS,
 };
-pub use forward::{Forward, ForwardPath, Protocol, ProxyProtocol};
+pub use forward::{Forward, ForwardPath, ModbusMux, Protocol, ProxyProtocol};
 pub use health::{Health, HealthKind, HealthTarget};
 pub use reverse::{Dns, Reverse, Target, TargetError};
 pub use store::{Listed, RecordStore, STALE_TEMP};

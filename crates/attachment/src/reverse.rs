@@ -175,6 +175,7 @@ impl Reverse {
             connect_retries: self.connect_retries,
             proxy_protocol: self.proxy_protocol,
             path: ForwardPath::Relay,
+            modbus: None,
         }
     }
 }

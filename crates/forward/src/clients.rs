@@ -227,6 +227,18 @@ pub(crate) fn audit(
     bytes: (u64, u64),
     ended: Ended,
 ) {
+    audit_with(ctx, peer, since, bytes, ended, None);
+}
+
+/// [`audit`], with a multiplexed Modbus/TCP client's request count.
+pub(crate) fn audit_with(
+    ctx: &Ctx,
+    peer: std::net::IpAddr,
+    since: u64,
+    bytes: (u64, u64),
+    ended: Ended,
+    requests: Option<u64>,
+) {
     let trail = &ctx.shared.audit;
     if !trail.is_on() {
         return;
@@ -237,6 +249,7 @@ pub(crate) fn audit(
         duration_ms: now_ms().saturating_sub(since),
         bytes,
         ended,
+        requests,
         at: SystemTime::now(),
     });
 }
@@ -264,6 +277,7 @@ pub(crate) fn udp_hook(ctx: &Ctx) -> Option<edgelink_relay::SessionHook> {
                 duration_ms: u64::try_from(end.duration.as_millis()).unwrap_or(u64::MAX),
                 bytes: (end.bytes_to_target, end.bytes_to_client),
                 ended,
+                requests: None,
                 at: SystemTime::now(),
             });
         },

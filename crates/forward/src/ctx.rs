@@ -75,6 +75,9 @@ pub struct Ctx {
     pub cutoff: Arc<Cutoff>,
     /// The attachment's access rules: who may connect.
     pub access: Arc<Slot>,
+    /// A multiplexed Modbus/TCP forward's multiplexer (`modbus.rs`), made
+    /// when the forward starts.
+    pub modbus: std::sync::OnceLock<Arc<edgelink_modbus::Mux>>,
     /// Where its audit lines come from, made at the first one.
     pub audit_origin: std::sync::OnceLock<Arc<edgelink_access::audit::Origin>>,
     /// The relay's configs, made at the first connection: [prepared, not].
@@ -186,6 +189,7 @@ impl Ctx {
             access: self.access.clone(),
             relay_cfg: self.relay_cfg.clone(),
             audit_origin: self.audit_origin.clone(),
+            modbus: self.modbus.clone(),
             reachability_probe: self.reachability_probe,
         }
     }

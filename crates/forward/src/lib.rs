@@ -11,6 +11,7 @@
 //!   hand-over brought or binds anew, starts its tasks.
 //! - `listen`: listeners and the TCP accept loops; `udp`: a UDP forward's
 //!   relay task; `resume`: connections a hand-over brought.
+//! - `modbus`: a Modbus/TCP forward's clients, multiplexed (edgelink-modbus).
 //! - `connection`: one TCP connection: its place under the caps, admission,
 //!   connect (retries, PROXY header), the relay; `ending`: how the relay
 //!   ends (by itself, parked, reset when cut short) and what follows.
@@ -39,6 +40,7 @@ pub mod factory;
 mod follow;
 pub mod health;
 mod listen;
+mod modbus;
 pub mod node_local;
 pub mod private_side;
 mod probe;

@@ -245,21 +245,27 @@ async fn accept_loop(
         let Some((ends, slot)) = admit(&ctx, &client, peer, v6) else {
             continue;
         };
-        // The future itself, not an async block around it: that would
-        // keep its arguments a second time in every connection's task.
-        let accepted = crate::connection::Entry::Accepted;
-        let conn = crate::connection::connection(
-            client,
-            ends,
-            shared.clone(),
-            slot,
-            ctx.shared.lot.guard(),
-            accepted,
-        );
-        tokio::spawn(conn.instrument(tracing::debug_span!("conn", %peer)));
+        serve_client(&shared, client, ends, slot);
     }
     drop(listener);
     ctx.forward.set_listener("stopped");
+}
+
+/// An admitted client: relayed, or handed to the forward's Modbus/TCP
+/// multiplexer.
+fn serve_client(shared: &Arc<Ctx>, client: tokio::net::TcpStream, ends: Ends, slot: Slot) {
+    let peer = ends.peer;
+    if let Some(mux) = shared.modbus.get() {
+        let served = crate::modbus::client(mux.clone(), client, shared.clone(), slot, peer.ip());
+        tokio::spawn(served.instrument(tracing::debug_span!("conn", %peer)));
+        return;
+    }
+    // The future itself, not an async block around it: that would keep
+    // its arguments a second time in every connection's task.
+    let accepted = crate::connection::Entry::Accepted;
+    let guard = shared.shared.lot.guard();
+    let conn = crate::connection::connection(client, ends, shared.clone(), slot, guard, accepted);
+    tokio::spawn(conn.instrument(tracing::debug_span!("conn", %peer)));
 }
 
 /// The relay's options on a connection accepted in a listener's first

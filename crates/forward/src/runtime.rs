@@ -57,6 +57,9 @@ pub struct ForwardRuntime {
     pub protection: Protection,
     /// The access rules at work: refusals, resets, waits.
     pub access: AccessCounters,
+    /// A multiplexed Modbus/TCP forward's counts (kept across restarts of
+    /// its multiplexer).
+    pub modbus: Option<std::sync::Arc<edgelink_modbus::Stats>>,
     /// The kernel path: packets each way, from the table's counters.
     pub packets_to_target: AtomicU64,
     pub packets_to_client: AtomicU64,
@@ -105,6 +108,7 @@ impl ForwardRuntime {
             rejected: AtomicU64::new(0),
             protection: Protection::new(limits),
             access: Default::default(),
+            modbus: spec.modbus.map(|_| Default::default()),
             packets_to_target: AtomicU64::new(0),
             packets_to_client: AtomicU64::new(0),
             reverse: None,
@@ -217,6 +221,7 @@ impl ForwardRuntime {
             access_resets_total: Counters::get(&self.access.reset),
             lease_waits_total: Counters::get(&self.access.waited),
             lease_wait_timeouts_total: Counters::get(&self.access.wait_timeouts),
+            modbus: self.modbus.as_deref().map(modbus_report),
             idle_timeouts_total: Counters::get(&c.idle_timeouts),
             last_error: s.last_error.clone(),
             last_error_at: (s.last_error_at > 0).then_some(s.last_error_at),
@@ -273,4 +278,31 @@ struct ReverseReport {
     listen: Vec<String>,
     allowed_sources: Vec<String>,
     resolved: Option<ResolvedStatus>,
+}
+
+/// A multiplexer's counts as /status shows them.
+fn modbus_report(s: &edgelink_modbus::Stats) -> edgelink_status::ModbusStatus {
+    use edgelink_modbus::stats::WAIT_BUCKETS_MS;
+    let get = edgelink_modbus::Stats::get;
+    let exceptions_total = (0u8..16)
+        .map(|code| (code, get(&s.exceptions[usize::from(code)])))
+        .filter(|(_, n)| *n > 0)
+        .map(|(code, n)| (format!("0x{code:02X}"), n))
+        .collect();
+    let bounds = WAIT_BUCKETS_MS
+        .iter()
+        .map(|b| b.to_string())
+        .chain(std::iter::once("+Inf".to_string()));
+    edgelink_status::ModbusStatus {
+        requests_total: get(&s.requests),
+        responses_total: get(&s.responses),
+        exceptions_total,
+        queued: get(&s.queued),
+        queue_wait_ms_buckets: bounds.zip(s.wait_buckets.iter().map(get)).collect(),
+        queue_wait_sum_us: get(&s.wait_sum_us),
+        reconnects_total: get(&s.reconnects),
+        late_responses_total: get(&s.late_responses),
+        malformed_from_clients_total: get(&s.malformed_from_clients),
+        malformed_from_device_total: get(&s.malformed_from_device),
+    }
 }

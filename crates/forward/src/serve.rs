@@ -39,6 +39,9 @@ pub async fn start(ctx: Ctx) -> Vec<JoinHandle<()>> {
     } else {
         vec![workers.for_udp(spec.port)]
     };
+    if let Some(m) = crate::modbus::mux_of(&ctx) {
+        let _ = ctx.modbus.set(m);
+    }
     let Some(socks) = sockets(&ctx, &on).await else {
         return Vec::new();
     };

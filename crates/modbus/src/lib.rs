@@ -8,6 +8,8 @@
 //! - [`frame`]: the MBAP frame, read and written.
 //! - [`mux::Mux`]: the queue, the device's connections and the clients.
 //! - [`stats::Stats`]: what it counts.
+//! - [`testing`]: a PLC that serves one connection and one request at a
+//!   time, and a client, for tests and benchmarks.
 //!
 //! It knows nothing of namespaces, forwards or the daemon: it is given a
 //! way to connect to the device and the clients' sockets.
@@ -16,6 +18,7 @@ mod flight;
 pub mod frame;
 pub mod mux;
 pub mod stats;
+pub mod testing;
 
 pub use frame::{Frame, FrameError};
 pub use mux::{ClientEnd, Config, Connect, Mux};

@@ -69,7 +69,7 @@ struct Inner {
     queue: Mutex<VecDeque<Request>>,
     /// A request was queued.
     work: Notify,
-    stats: Stats,
+    stats: Arc<Stats>,
     stop: watch::Sender<bool>,
     started: Once,
 }
@@ -95,6 +95,12 @@ impl Drop for Mux {
 
 impl Mux {
     pub fn new(cfg: Config, connect: Connect) -> Mux {
+        Mux::with_stats(cfg, connect, Arc::default())
+    }
+
+    /// [`Mux::new`], counting into `stats` (kept by the caller across
+    /// multiplexers of the same forward).
+    pub fn with_stats(cfg: Config, connect: Connect, stats: Arc<Stats>) -> Mux {
         let cfg = Config {
             max_connections: cfg.max_connections.max(1),
             max_in_flight: cfg.max_in_flight.max(1),
@@ -106,7 +112,7 @@ impl Mux {
                 connect,
                 queue: Mutex::new(VecDeque::new()),
                 work: Notify::new(),
-                stats: Stats::default(),
+                stats,
                 stop: watch::channel(false).0,
                 started: Once::new(),
             }),
@@ -307,6 +313,13 @@ async fn upstream(inner: Arc<Inner>) {
                 let _ = s.set_nodelay(true);
                 if connection(&inner, s, &mut stop).await.is_err() {
                     return;
+                }
+                // A PLC notices a lost connection only when it next reads
+                // it, and refuses a second one meanwhile: the next is made
+                // after the retry backoff, not at once.
+                tokio::select! {
+                    () = tokio::time::sleep(inner.cfg.retry_backoff) => {}
+                    _ = stop.changed() => return,
                 }
             }
             Err(e) => {

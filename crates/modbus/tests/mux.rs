@@ -4,10 +4,8 @@
 //! restarted, malformed frames from both sides, a response that never
 //! comes.
 
-mod plc;
-
+use edgelink_modbus::testing::{read_register, Plc, Seen, GARBAGE, SILENT};
 use edgelink_modbus::{Config, Connect, Mux, Stats};
-use plc::{read_register, Plc, Seen, GARBAGE, SILENT};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -192,6 +192,7 @@ impl Attachment {
             access: self.access.clone(),
             relay_cfg: Default::default(),
             audit_origin: Default::default(),
+            modbus: Default::default(),
             reachability_probe: self.record.health.is_none(),
         };
         Some((ctx, std::mem::take(&mut self.tasks[i])))

@@ -82,7 +82,7 @@ impl EncodeMetric for LatencyMetric {
 
 /// The families of every forward's counters (each `_total`), in the
 /// order of [`counter_values`].
-const COUNTERS: [(&str, &str); 27] = [
+const COUNTERS: [(&str, &str); 31] = [
     (
         "connections",
         "Connections accepted (TCP) or sessions created (UDP), as TOTAL in edgelinkd status",
@@ -167,6 +167,22 @@ const COUNTERS: [(&str, &str); 27] = [
     ),
     ("lease_waits", "TCP clients that waited for their lease"),
     (
+        "modbus_requests",
+        "Multiplexed Modbus/TCP: requests taken from clients",
+    ),
+    (
+        "modbus_responses",
+        "Multiplexed Modbus/TCP: responses of the device passed to their clients",
+    ),
+    (
+        "modbus_exceptions",
+        "Multiplexed Modbus/TCP: exceptions edgelinkd answered itself (0x0A, 0x0B: /status has them by code)",
+    ),
+    (
+        "modbus_reconnects",
+        "Multiplexed Modbus/TCP: connections to the device made again after one was lost",
+    ),
+    (
         "lease_wait_timeouts",
         "TCP clients that waited for their lease longer than the queue timeout",
     ),
@@ -174,7 +190,7 @@ const COUNTERS: [(&str, &str); 27] = [
 
 /// The families of every forward's gauges, in the order of
 /// [`gauge_values`].
-const GAUGES: [(&str, &str); 5] = [
+const GAUGES: [(&str, &str); 6] = [
     (
         "active_connections",
         "Connections being relayed (TCP) or sessions open (UDP) now, as ACTIVE in edgelinkd status",
@@ -186,6 +202,10 @@ const GAUGES: [(&str, &str); 5] = [
     ("listener_up", "1 when the forward's listener is up"),
     ("target_reachable", "1 reachable, 0 unreachable, -1 unknown"),
     ("queue_length", "TCP clients waiting for a place now"),
+    (
+        "modbus_queue_length",
+        "Multiplexed Modbus/TCP: requests waiting for a connection to the device now",
+    ),
 ];
 
 /// A forward's series: its pod, attachment and forward.
@@ -233,6 +253,12 @@ fn counter_values(f: &ForwardStatus) -> [u64; COUNTERS.len()] {
         f.refused_from_node_total,
         f.access_resets_total,
         f.lease_waits_total,
+        f.modbus.as_ref().map_or(0, |m| m.requests_total),
+        f.modbus.as_ref().map_or(0, |m| m.responses_total),
+        f.modbus
+            .as_ref()
+            .map_or(0, |m| m.exceptions_total.values().sum()),
+        f.modbus.as_ref().map_or(0, |m| m.reconnects_total),
         f.lease_wait_timeouts_total,
     ]
 }
@@ -249,6 +275,7 @@ fn gauge_values(f: &ForwardStatus) -> [i64; GAUGES.len()] {
         i64::from(f.listener == "listening"),
         reach,
         f.queued as i64,
+        f.modbus.as_ref().map_or(0, |m| m.queued as i64),
     ]
 }
 

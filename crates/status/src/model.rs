@@ -178,6 +178,9 @@ pub struct ForwardStatus {
     pub lease_waits_total: u64,
     #[serde(default)]
     pub lease_wait_timeouts_total: u64,
+    /// A multiplexed Modbus/TCP forward's counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modbus: Option<ModbusStatus>,
     /// TCP connections reset because nothing moved for the idle timeout.
     #[serde(default)]
     pub idle_timeouts_total: u64,
@@ -186,6 +189,31 @@ pub struct ForwardStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_at: Option<u64>,
     pub reachability: Reachability,
+}
+
+/// A multiplexed Modbus/TCP forward (`"multiplex": true`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModbusStatus {
+    /// Requests taken from clients; responses of the device passed back.
+    pub requests_total: u64,
+    pub responses_total: u64,
+    /// Exceptions edgelinkd answered itself, by code (`"0x0B"`: no answer
+    /// in time or the device's connection lost; `"0x0A"`: no way to the
+    /// device, or the queue full).
+    pub exceptions_total: std::collections::BTreeMap<String, u64>,
+    /// Requests waiting now for a connection to the device.
+    pub queued: u64,
+    /// How long requests waited: counts of waits under each bound (ms),
+    /// the last one for the rest, and their sum (µs).
+    pub queue_wait_ms_buckets: Vec<(String, u64)>,
+    pub queue_wait_sum_us: u64,
+    pub reconnects_total: u64,
+    /// Responses that came after their request was answered or its client
+    /// went: dropped.
+    pub late_responses_total: u64,
+    pub malformed_from_clients_total: u64,
+    pub malformed_from_device_total: u64,
 }
 
 /// An attachment's device health (its `health` probe), as the operator

@@ -344,6 +344,7 @@ mod tests {
             access_resets_total: 0,
             lease_waits_total: 0,
             lease_wait_timeouts_total: 0,
+            modbus: None,
             idle_timeouts_total: 0,
             last_error: None,
             last_error_at: None,

@@ -16,6 +16,7 @@ mod health;
 mod kernel_path;
 mod lifecycle;
 mod limits;
+mod modbus;
 mod nudge;
 mod pods;
 mod private_side;

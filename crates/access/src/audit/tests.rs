@@ -31,6 +31,7 @@ fn end(origin: &Arc<Origin>, at: SystemTime) -> End {
         duration_ms: 5,
         bytes: (10, 20),
         ended: Ended::Closed,
+        requests: None,
         at,
     }
 }

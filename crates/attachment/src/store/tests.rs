@@ -57,6 +57,7 @@ fn rec(cid: &str) -> Record {
             connect_retries: None,
             proxy_protocol: None,
             path: Default::default(),
+            modbus: None,
         }],
         allowed_targets: vec!["172.17.16.0/24".parse().unwrap()],
         reverse: vec![],

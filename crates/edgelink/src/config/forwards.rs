@@ -6,7 +6,7 @@ use super::{
     MAX_IDLE_TIMEOUT_MS, MAX_QUEUE_TIMEOUT_MS,
 };
 use crate::error::PluginError;
-use edgelink_attachment::{Forward, ForwardPath, Protocol, ProxyProtocol};
+use edgelink_attachment::{Forward, ForwardPath, ModbusMux, Protocol, ProxyProtocol};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -254,6 +254,7 @@ pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, Plu
         }
         let what = format!("forward {name:?}");
         let keys = relay_keys(&at, &what, protocol, fo)?;
+        let modbus = modbus_keys(&at, &what, protocol, path, keys.proxy_protocol, fo)?;
         out.push(Forward {
             name,
             protocol,
@@ -266,7 +267,106 @@ pub(super) fn parse_forwards(o: &Map<String, Value>) -> Result<Vec<Forward>, Plu
             connect_retries: keys.connect_retries,
             proxy_protocol: keys.proxy_protocol,
             path,
+            modbus,
         });
     }
     Ok(out)
+}
+
+/// `appProtocol`, `multiplex`, `maxInFlight`, `responseTimeoutMs`: a
+/// Modbus/TCP forward whose clients share the device's connections. The
+/// multiplexing reads every frame, so it needs TCP, the relay, and no
+/// PROXY header (the device would take it for a frame).
+fn modbus_keys(
+    at: &dyn Fn(&str) -> String,
+    what: &str,
+    protocol: Protocol,
+    path: ForwardPath,
+    proxy_protocol: Option<ProxyProtocol>,
+    fo: &Map<String, Value>,
+) -> Result<Option<ModbusMux>, PluginError> {
+    let modbus = match fo.get("appProtocol") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) if s == "modbus-tcp" => true,
+        Some(v) => {
+            return Err(bad(
+                &at("appProtocol"),
+                v,
+                &format!(
+                    "({what}) is not \"modbus-tcp\" (the one application protocol edgelink knows)"
+                ),
+            ))
+        }
+    };
+    let multiplex = match fo.get("multiplex") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(v) => {
+            return Err(bad(
+                &at("multiplex"),
+                v,
+                &format!("({what}) is not true or false"),
+            ))
+        }
+    };
+    if !multiplex {
+        for k in ["maxInFlight", "responseTimeoutMs"] {
+            if let Some(v) = fo.get(k).filter(|v| !v.is_null()) {
+                return Err(bad(
+                    &at(k),
+                    v,
+                    &format!("({what}) needs \"multiplex\": true"),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let needs = |why: &str| {
+        bad(
+            &at("multiplex"),
+            &Value::Bool(true),
+            &format!("({what}) {why}"),
+        )
+    };
+    if !modbus {
+        return Err(needs(
+            "needs \"appProtocol\": \"modbus-tcp\": only Modbus/TCP is multiplexed",
+        ));
+    }
+    if protocol != Protocol::Tcp || path != ForwardPath::Relay {
+        return Err(needs(
+            "needs protocol tcp and the relay (not \"path\": \"kernel\")",
+        ));
+    }
+    if proxy_protocol.is_some() {
+        return Err(needs(
+            "cannot be set with proxyProtocol: the device would read the header as a frame",
+        ));
+    }
+    let max_in_flight = get_uint(fo, "maxInFlight", 1, u64::from(ModbusMux::MAX_IN_FLIGHT))
+        .map_err(|_| {
+            bad(
+                &at("maxInFlight"),
+                fo.get("maxInFlight").unwrap_or(&Value::Null),
+                &format!(
+                    "({what}) is not an integer in 1..={}",
+                    ModbusMux::MAX_IN_FLIGHT
+                ),
+            )
+        })?
+        .map_or(ModbusMux::DEFAULT_MAX_IN_FLIGHT, |n| n as u32);
+    let max = ModbusMux::MAX_RESPONSE_TIMEOUT_MS;
+    let response_timeout_ms = get_uint(fo, "responseTimeoutMs", 1, max)
+        .map_err(|_| {
+            bad(
+                &at("responseTimeoutMs"),
+                fo.get("responseTimeoutMs").unwrap_or(&Value::Null),
+                &format!("({what}) is not an integer in 1..={max}"),
+            )
+        })?
+        .unwrap_or(ModbusMux::DEFAULT_RESPONSE_TIMEOUT_MS);
+    Ok(Some(ModbusMux {
+        max_in_flight,
+        response_timeout_ms,
+    }))
 }

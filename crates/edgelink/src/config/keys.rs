@@ -71,6 +71,14 @@ const ENTRY: &[&str] = &[
 
 const REVERSE: &[&str] = &["allowedSources"];
 
+/// A forward's own: Modbus/TCP multiplexing (not for reverse entries).
+const FORWARD: &[&str] = &[
+    "appProtocol",
+    "multiplex",
+    "maxInFlight",
+    "responseTimeoutMs",
+];
+
 /// `health`'s keys, of every type (a key of another type is an error of
 /// the config, not an unknown key).
 const HEALTH: &[&str] = &[
@@ -124,7 +132,7 @@ pub fn unknown_keys(conf: &Value) -> Vec<UnknownKey> {
     };
     let top: Vec<&'static str> = CNI.iter().chain(TOP).copied().collect();
     check(o, "", &top, &mut out);
-    for (list, extra) in [("forwards", &[][..]), ("reverse", REVERSE)] {
+    for (list, extra) in [("forwards", FORWARD), ("reverse", REVERSE)] {
         let known: Vec<&'static str> = ENTRY.iter().chain(extra).copied().collect();
         for (i, e) in array(o.get(list)).iter().enumerate() {
             if let Value::Object(eo) = e {

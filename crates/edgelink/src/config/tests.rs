@@ -490,3 +490,6 @@ mod health_tests;
 
 #[path = "virtual_tests.rs"]
 mod virtual_tests;
+
+#[path = "modbus_tests.rs"]
+mod modbus_tests;

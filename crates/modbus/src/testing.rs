@@ -1,8 +1,8 @@
-//! A PLC as the ones multiplexing is for: it serves one Modbus/TCP
-//! connection at a time (a second one is reset and counted) and one
-//! request at a time, each taking `service` (function 3, Read Holding
-//! Registers: register `a` holds `a` itself, so every answer says which
-//! address it is for). Registers of `SILENT` and up never answer;
+//! For tests and benchmarks: a PLC as the ones multiplexing is for. It
+//! serves one Modbus/TCP connection at a time (a second one is reset and
+//! counted) and one request at a time, each taking `service` (function 3,
+//! Read Holding Registers: register `a` holds `a` itself, so every answer
+//! says which address it is for). Registers of `SILENT` and up never answer;
 //! `GARBAGE` answers with a frame that is not Modbus/TCP.
 
 use std::net::SocketAddr;
@@ -65,11 +65,7 @@ impl Plc {
                 }));
             }
         });
-        Plc {
-            addr,
-            task,
-            conns,
-        }
+        Plc { addr, task, conns }
     }
 }
 
