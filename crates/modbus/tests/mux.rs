@@ -41,20 +41,22 @@ async fn front(device: SocketAddr, cfg: Config) -> (SocketAddr, Arc<Mux>) {
     (addr, mux)
 }
 
+/// A PLC serving each request in `service`, and its multiplexer in front:
+/// (the PLC, what it saw, the multiplexer's address, the multiplexer).
+async fn lab(service: Duration) -> (Plc, Arc<Seen>, SocketAddr, Arc<Mux>) {
+    let seen = Arc::new(Seen::default());
+    let plc = Plc::start("127.0.0.1:0".parse().unwrap(), service, seen.clone()).await;
+    let (addr, mux) = front(plc.addr, config()).await;
+    (plc, seen, addr, mux)
+}
+
 fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
     Stats::get(c)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_clients_share_one_connection_and_each_gets_its_own_answers() {
-    let seen = Arc::new(Seen::default());
-    let plc = Plc::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(2),
-        seen.clone(),
-    )
-    .await;
-    let (addr, mux) = front(plc.addr, config()).await;
+    let (_plc, seen, addr, mux) = lab(Duration::from_millis(2)).await;
     let mut clients = Vec::new();
     for i in 0..20u16 {
         clients.push(tokio::spawn(async move {
@@ -86,14 +88,7 @@ async fn twenty_clients_share_one_connection_and_each_gets_its_own_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_leaves_nothing_in_the_queue_and_its_answer_goes_nowhere() {
-    let seen = Arc::new(Seen::default());
-    let plc = Plc::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(100),
-        seen.clone(),
-    )
-    .await;
-    let (addr, mux) = front(plc.addr, config()).await;
+    let (_plc, seen, addr, mux) = lab(Duration::from_millis(100)).await;
     // Five requests, then gone before the first is answered.
     let mut gone = TcpStream::connect(addr).await.unwrap();
     for k in 0..5u16 {
@@ -159,14 +154,7 @@ async fn a_device_that_cannot_be_reached_is_answered_0x0a() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_frame_from_a_client_resets_that_client_only() {
-    let seen = Arc::new(Seen::default());
-    let plc = Plc::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(1),
-        seen.clone(),
-    )
-    .await;
-    let (addr, mux) = front(plc.addr, config()).await;
+    let (_plc, seen, addr, mux) = lab(Duration::from_millis(1)).await;
     let mut good = TcpStream::connect(addr).await.unwrap();
     assert_eq!(read_register(&mut good, 1, 1, 5).await.unwrap(), Ok(5));
     for bad in [
@@ -195,14 +183,7 @@ async fn a_malformed_frame_from_a_client_resets_that_client_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_answer_drops_the_devices_connection_and_its_request_gets_0x0b() {
-    let seen = Arc::new(Seen::default());
-    let plc = Plc::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(1),
-        seen.clone(),
-    )
-    .await;
-    let (addr, mux) = front(plc.addr, config()).await;
+    let (_plc, seen, addr, mux) = lab(Duration::from_millis(1)).await;
     let mut c = TcpStream::connect(addr).await.unwrap();
     assert_eq!(read_register(&mut c, 1, 1, 5).await.unwrap(), Ok(5));
     assert_eq!(
@@ -217,14 +198,7 @@ async fn a_malformed_answer_drops_the_devices_connection_and_its_request_gets_0x
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_that_never_comes_is_answered_0x0b_and_the_next_request_is_served() {
-    let seen = Arc::new(Seen::default());
-    let plc = Plc::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(1),
-        seen.clone(),
-    )
-    .await;
-    let (addr, mux) = front(plc.addr, config()).await;
+    let (_plc, seen, addr, mux) = lab(Duration::from_millis(1)).await;
     let mut c = TcpStream::connect(addr).await.unwrap();
     let t = std::time::Instant::now();
     assert_eq!(
