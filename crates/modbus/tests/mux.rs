@@ -198,7 +198,7 @@ async fn a_malformed_answer_drops_the_devices_connection_and_its_request_gets_0x
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_that_never_comes_is_answered_0x0b_and_the_next_request_is_served() {
-    let (_plc, seen, addr, mux) = lab(Duration::from_millis(1)).await;
+    let (_plc, _seen, addr, mux) = lab(Duration::from_millis(1)).await;
     let mut c = TcpStream::connect(addr).await.unwrap();
     let t = std::time::Instant::now();
     assert_eq!(
