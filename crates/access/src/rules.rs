@@ -116,6 +116,27 @@ impl Rule {
     pub fn lease(&self) -> Option<&str> {
         self.lease.as_ref().map(|l| l.name.as_str())
     }
+
+    /// Whether going from `old` to `new` may refuse a client `old` let
+    /// through (a connection must then be checked again); a rule that
+    /// only lets more in (a new client pod, a lease ended) never does.
+    pub fn narrows(old: Option<&Rule>, new: Option<&Rule>) -> bool {
+        let Some(new) = new else { return false };
+        let Some(old) = old else { return true };
+        let allowed_narrows = match (&old.allowed, &new.allowed) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(o), Some(n)) => o.keys().any(|a| !n.contains_key(a)),
+        };
+        let lease_narrows = match (&old.lease, &new.lease) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(o), Some(n)) => {
+                o.name != n.name || o.holders.keys().any(|a| !n.holders.contains_key(a))
+            }
+        };
+        allowed_narrows || lease_narrows
+    }
 }
 
 /// One attachment's place in the rules: what its forwards ask.
@@ -126,6 +147,9 @@ pub struct Slot {
     rule: RwLock<Option<Arc<Rule>>>,
     /// Bumped when the rule changes.
     changed: watch::Sender<u64>,
+    /// Bumped when it may refuse a client it let through before
+    /// ([`Rule::narrows`]).
+    narrowed: watch::Sender<u64>,
 }
 
 impl Slot {
@@ -135,6 +159,7 @@ impl Slot {
             key: key.to_string(),
             rule: RwLock::new(None),
             changed: watch::channel(0).0,
+            narrowed: watch::channel(0).0,
         }
     }
 
@@ -154,14 +179,24 @@ impl Slot {
         self.changed.subscribe()
     }
 
+    /// Wakes when the rule may refuse a client it let through before: the
+    /// live connections must be checked again.
+    pub fn subscribe_narrowed(&self) -> watch::Receiver<u64> {
+        self.narrowed.subscribe()
+    }
+
     fn set(&self, new: Option<Arc<Rule>>) -> bool {
         let mut rule = self.rule.write().unwrap_or_else(|e| e.into_inner());
         if *rule == new {
             return false;
         }
+        let narrows = Rule::narrows(rule.as_deref(), new.as_deref());
         *rule = new;
         drop(rule);
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        if narrows {
+            self.narrowed.send_modify(|n| *n = n.wrapping_add(1));
+        }
         true
     }
 }

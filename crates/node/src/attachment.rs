@@ -106,10 +106,12 @@ impl Attachment {
         }
     }
 
-    /// Every change of its access rules stops its relayed connections where
-    /// they stand, to be checked again (edgelink-forward's clients.rs).
+    /// A change of its access rules that may refuse a client let through
+    /// before (not a new client pod, not a lease ended) stops its relayed
+    /// connections where they stand, to be checked again
+    /// (edgelink-forward's clients.rs).
     pub(crate) fn watch_access(&mut self) {
-        let mut changes = self.access.subscribe();
+        let mut changes = self.access.subscribe_narrowed();
         let cutoff = self.cutoff.clone();
         self.access_task = Some(tokio::spawn(async move {
             while changes.changed().await.is_ok() {

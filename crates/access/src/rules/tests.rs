@@ -139,3 +139,75 @@ fn the_rules_survive_a_restart_in_the_state_directory() {
         "{e}"
     );
 }
+
+#[test]
+fn only_a_rule_that_may_refuse_a_client_let_through_before_narrows() {
+    let rule = |allowed: Option<Vec<Client>>, lease: Option<(&str, Vec<Client>)>| {
+        Rule::from_wire(&AttachmentAccess {
+            device: "lab/d".into(),
+            allowed,
+            lease: lease.map(|(name, holders)| LeaseAccess {
+                name: name.into(),
+                holders,
+                waiting: vec![],
+            }),
+        })
+    };
+    let (a, b) = (client("10.0.0.1", "ci/a"), client("10.0.0.2", "ci/b"));
+    let open = rule(None, None);
+    let only_a = rule(Some(vec![a.clone()]), None);
+    let a_and_b = rule(Some(vec![a.clone(), b.clone()]), None);
+    let leased = rule(
+        Some(vec![a.clone(), b.clone()]),
+        Some(("ci/l", vec![a.clone()])),
+    );
+    let leased_more = rule(
+        Some(vec![a.clone(), b.clone()]),
+        Some(("ci/l", vec![a.clone(), b.clone()])),
+    );
+    let other_lease = rule(
+        Some(vec![a.clone(), b.clone()]),
+        Some(("ci/m", vec![a.clone(), b])),
+    );
+    // A new client pod, a lease that ends, more holders: nobody refused.
+    assert!(!Rule::narrows(Some(&only_a), Some(&a_and_b)));
+    assert!(!Rule::narrows(Some(&leased), Some(&a_and_b)));
+    assert!(!Rule::narrows(Some(&leased), Some(&leased_more)));
+    assert!(!Rule::narrows(Some(&only_a), None), "no rule: open");
+    assert!(!Rule::narrows(None, None));
+    // A client dropped, a rule where there was none, a lease taken or
+    // passed to another: check again.
+    assert!(Rule::narrows(Some(&a_and_b), Some(&only_a)));
+    assert!(Rule::narrows(None, Some(&open)));
+    assert!(Rule::narrows(Some(&open), Some(&only_a)));
+    assert!(Rule::narrows(Some(&a_and_b), Some(&leased)));
+    assert!(Rule::narrows(Some(&leased_more), Some(&other_lease)));
+    assert!(Rule::narrows(Some(&leased_more), Some(&leased)));
+    // A slot says so apart from any change.
+    let access = Access::default();
+    let slot = access.slot("lab/d-0");
+    let (changed, narrowed) = (slot.subscribe(), slot.subscribe_narrowed());
+    let wire = |allowed: Vec<Client>| {
+        rules(
+            "g",
+            "lab/d-0",
+            AttachmentAccess {
+                device: "lab/d".into(),
+                allowed: Some(allowed),
+                lease: None,
+            },
+        )
+    };
+    access.replace(wire(vec![client("10.0.0.1", "ci/a")]));
+    assert!(changed.has_changed().unwrap() && narrowed.has_changed().unwrap());
+    let (changed, narrowed) = (slot.subscribe(), slot.subscribe_narrowed());
+    access.replace(wire(vec![
+        client("10.0.0.1", "ci/a"),
+        client("10.0.0.2", "ci/b"),
+    ]));
+    assert!(changed.has_changed().unwrap(), "waiting clients look again");
+    assert!(
+        !narrowed.has_changed().unwrap(),
+        "live connections are left alone"
+    );
+}
