@@ -115,3 +115,39 @@ fn a_malformed_client_is_reset_alone_and_a_restarted_plc_is_connected_again() {
     assert!(Seen::get(&seen.connections) >= 2);
     assert_eq!(Seen::get(&seen.second_connections), 0);
 }
+
+#[test]
+fn a_client_gone_mid_request_leaves_nothing_queued_and_no_answer_reaches_another() {
+    let (l, _plc, seen) = plc_lab(Duration::from_millis(150));
+    let to = pod_addr(PLC);
+    let answers = l.cl.run(async move {
+        // Three requests, then gone while the first is at the PLC.
+        let mut gone = TcpStream::connect(to).await.unwrap();
+        for k in 0..3u16 {
+            let [a0, a1] = (900 + k).to_be_bytes();
+            gone.write_all(&[0, k as u8, 0, 0, 0, 6, 1, 3, a0, a1, 0, 1])
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(gone);
+        // Another client, same transaction ids: only its own answers.
+        let mut c = TcpStream::connect(to).await.unwrap();
+        let mut got = Vec::new();
+        for k in 0..3u16 {
+            got.push(read_register(&mut c, k, 1, 500 + k).await.unwrap());
+        }
+        got
+    });
+    assert_eq!(answers, vec![Ok(500), Ok(501), Ok(502)]);
+    assert_eq!(
+        Seen::get(&seen.served),
+        1 + 3,
+        "the two queued requests never left"
+    );
+    let m = &l.forward("plc")["modbus"];
+    assert_eq!(
+        m["lateResponsesTotal"], 1,
+        "the answer on its way was dropped"
+    );
+}
