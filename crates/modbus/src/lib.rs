@@ -18,6 +18,7 @@ mod flight;
 pub mod frame;
 pub mod mux;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use frame::{Frame, FrameError};
