@@ -131,7 +131,7 @@ fn max_connections_caps_the_connections_of_all_forwards_together() {
 }
 
 #[test]
-fn bad_tcp_bounds_and_kernel_path_flags_exit_64_naming_the_flag() {
+fn bad_tcp_bounds_kernel_path_and_audit_flags_exit_64_naming_the_flag() {
     let ns = Netns::new("flags");
     let state = tempfile::tempdir().unwrap();
     let sd = state.path().display().to_string();
@@ -157,6 +157,10 @@ fn bad_tcp_bounds_and_kernel_path_flags_exit_64_naming_the_flag() {
         ("--kernel-counters-interval", "0"),
         ("--conntrack-min", "many"),
         ("--proc-sys-net", "proc/sys/net"),
+        ("--audit", "syslog"),
+        ("--audit-files", "yes"),
+        ("--audit-file-size", "4095"),
+        ("--audit-files-kept", "101"),
     ] {
         let out = ns.exec(&[&bin, "run", "--state-dir", &sd, flag, value]);
         let err = String::from_utf8_lossy(&out.stderr);
